@@ -1,0 +1,184 @@
+"""Generate the CRD from the typed models: structural schema, defaults, enums, CEL rules, subresources, columns.
+
+`python -m sglang_operator.api.crdgen --write` rewrites `crds/` and the chart's copy; a test fails when either
+differs from what this module produces, so the models stay the one source of the schema.
+"""
+
+import argparse
+import types
+import typing
+from pathlib import Path
+from typing import Any, Literal, Union, get_args, get_origin
+
+import yaml
+from pydantic import BaseModel
+from pydantic.fields import FieldInfo
+
+from .constants import CRD_NAME, GROUP, KIND, LIST_KIND, PLURAL, SHORT_NAMES, SINGULAR, VERSION
+from .spec import SGLangDeploymentSpec
+from .status import SGLangDeploymentStatus
+from .validation import NAME_RULE, RULES
+
+CRD_FILE = f"{GROUP}_{PLURAL}.yaml"
+REPO_ROOT = Path(__file__).resolve().parents[3]
+CRD_PATHS = (REPO_ROOT / "crds" / CRD_FILE, REPO_ROOT / "charts" / "sglang-operator" / "crds" / CRD_FILE)
+
+PRINTER_COLUMNS = [
+    {"name": "Ready", "type": "string", "jsonPath": ".status.ready", "description": "Ready/desired replicas"},
+    {"name": "TP", "type": "integer", "jsonPath": ".spec.parallelism.tp"},
+    {"name": "DP", "type": "integer", "jsonPath": ".spec.parallelism.dp"},
+    {"name": "GPUs", "type": "integer", "jsonPath": ".status.totalGPUs"},
+    {"name": "Router", "type": "integer", "jsonPath": ".status.registeredWorkers",
+     "description": "Workers registered on the router"},
+    {"name": "QPS", "type": "string", "jsonPath": ".status.qps"},
+    {"name": "Age", "type": "date", "jsonPath": ".metadata.creationTimestamp"},
+]  # fmt: skip
+
+
+def _strip_optional(annotation: Any) -> Any:
+    if get_origin(annotation) in (Union, types.UnionType):
+        members = [arg for arg in get_args(annotation) if arg is not type(None)]
+        if len(members) == 1:
+            return members[0]
+    return annotation
+
+
+def _type_schema(annotation: Any) -> dict[str, Any]:
+    annotation = _strip_optional(annotation)
+    origin = get_origin(annotation)
+    if isinstance(annotation, type) and issubclass(annotation, BaseModel):
+        return model_schema(annotation)
+    if origin is Literal:
+        return {"type": "string", "enum": list(get_args(annotation))}
+    if origin is list:
+        return {"type": "array", "items": _type_schema(get_args(annotation)[0])}
+    if origin is dict:
+        value_type = get_args(annotation)[1]
+        if value_type is Any:
+            return {"type": "object", "x-kubernetes-preserve-unknown-fields": True}
+        return {"type": "object", "additionalProperties": _type_schema(value_type)}
+    if annotation is typing.Any:
+        return {"x-kubernetes-preserve-unknown-fields": True}
+    scalar = {str: "string", bool: "boolean", int: "integer", float: "number"}
+    if annotation in scalar:
+        return {"type": scalar[annotation]}
+    raise TypeError(f"no CRD schema for {annotation!r}")
+
+
+def _field_schema(field: FieldInfo) -> dict[str, Any]:
+    schema = _type_schema(field.annotation)
+    for meta in field.metadata:
+        if (min_length := getattr(meta, "min_length", None)) is not None:
+            schema["minLength"] = min_length
+        if (pattern := getattr(meta, "pattern", None)) is not None:
+            schema["pattern"] = pattern
+    if field.description:
+        schema["description"] = field.description
+    if not field.is_required():
+        default = field.get_default(call_default_factory=True)
+        if isinstance(default, BaseModel):
+            schema["default"] = {}  # the API server then applies the nested defaults
+        elif (isinstance(default, list) and default) or (default is not None and not isinstance(default, list | dict)):
+            schema["default"] = default
+    return schema
+
+
+def model_schema(model: type[BaseModel]) -> dict[str, Any]:
+    properties: dict[str, Any] = {}
+    required: list[str] = []
+    for name, field in model.model_fields.items():
+        key = field.alias or name
+        properties[key] = _field_schema(field)
+        if field.is_required():
+            required.append(key)
+    schema: dict[str, Any] = {"type": "object", "properties": properties}
+    if model.__doc__ and model.__doc__.strip() and model.__doc__ is not BaseModel.__doc__:
+        schema["description"] = " ".join(model.__doc__.split())
+    if required:
+        schema["required"] = required
+    return schema
+
+
+def spec_schema() -> dict[str, Any]:
+    schema = model_schema(SGLangDeploymentSpec)
+    schema["description"] = "Desired state of a fleet of SGLang server replicas behind an smg router."
+    schema["x-kubernetes-validations"] = [
+        {"rule": rule.cel, "message": rule.message, "fieldPath": rule.field_path} for rule in RULES
+    ]
+    return schema
+
+
+def build_crd() -> dict[str, Any]:
+    status = model_schema(SGLangDeploymentStatus)
+    status["description"] = "Observed state, written by the operator only."
+    return {
+        "apiVersion": "apiextensions.k8s.io/v1",
+        "kind": "CustomResourceDefinition",
+        "metadata": {"name": CRD_NAME, "labels": {"app.kubernetes.io/part-of": "sglang-operator"}},
+        "spec": {
+            "group": GROUP,
+            "names": {
+                "kind": KIND,
+                "listKind": LIST_KIND,
+                "plural": PLURAL,
+                "singular": SINGULAR,
+                "shortNames": list(SHORT_NAMES),
+                "categories": ["sglang"],
+            },
+            "scope": "Namespaced",
+            "versions": [
+                {
+                    "name": VERSION,
+                    "served": True,
+                    "storage": True,
+                    "subresources": {
+                        "status": {},
+                        "scale": {
+                            "specReplicasPath": ".spec.replicas",
+                            "statusReplicasPath": ".status.replicas",
+                            "labelSelectorPath": ".status.selector",
+                        },
+                    },
+                    "additionalPrinterColumns": PRINTER_COLUMNS,
+                    "schema": {
+                        "openAPIV3Schema": {
+                            "type": "object",
+                            "required": ["spec"],
+                            "x-kubernetes-validations": [{"rule": NAME_RULE.cel, "message": NAME_RULE.message}],
+                            "properties": {
+                                "apiVersion": {"type": "string"},
+                                "kind": {"type": "string"},
+                                "metadata": {"type": "object"},
+                                "spec": spec_schema(),
+                                "status": status,
+                            },
+                        }
+                    },
+                }
+            ],
+        },
+    }
+
+
+def render_crd_yaml() -> str:
+    header = "# Generated by `python -m sglang_operator.api.crdgen --write` from the typed API. Do not edit.\n"
+    return header + yaml.safe_dump(build_crd(), sort_keys=False, width=120)
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__)
+    parser.add_argument("--write", action="store_true", help="write the CRD files instead of printing")
+    args = parser.parse_args(argv)
+    text = render_crd_yaml()
+    if not args.write:
+        print(text, end="")
+        return 0
+    for path in CRD_PATHS:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        path.write_text(text)
+        print(f"wrote {path.relative_to(REPO_ROOT)}")
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

@@ -1,0 +1,218 @@
+"""The `SGLangDeployment` spec as typed, frozen models: parsed once at the boundary, then trusted everywhere.
+
+These models are the single source of the schema: `crdgen` turns them into the CRD's OpenAPI schema, and
+`validation` adds the cross-field rules (enforced here and, as CEL, by the API server).
+Defaults are chosen so that `spec: {model: {path: X}}` is one single-GPU replica behind a router.
+"""
+
+from typing import Any, Literal
+
+from pydantic import Field
+
+from .base import SpecModel
+from .constants import (
+    DEFAULT_ENGINE_PORT,
+    DEFAULT_ROUTER_IMAGE,
+    DEFAULT_ROUTER_METRICS_PORT,
+    DEFAULT_ROUTER_PORT,
+    DEFAULT_SGLANG_IMAGE,
+    DEFAULT_SGLANG_VERSION,
+)
+
+MoeA2ABackend = Literal[
+    "none",
+    "deepep",
+    "deepep_v2",
+    "mooncake",
+    "nixl",
+    "mori",
+    "ascend_fuseep",
+    "ascend_tp",
+    "flashinfer",
+    "flashinfer_megamoe",
+    "megamoe",
+    "pplx",
+]
+# SGLang 0.5.23 (arg_groups/overrides.py) forces ep_size = tp_size for these all-to-all backends.
+EP_SPANNING_BACKENDS: frozenset[str] = frozenset(
+    {
+        "deepep",
+        "deepep_v2",
+        "mooncake",
+        "nixl",
+        "mori",
+        "ascend_fuseep",
+        "flashinfer",
+        "flashinfer_megamoe",
+        "megamoe",
+        "pplx",
+    }
+)
+
+RouterPolicy = Literal[
+    "cache_aware", "round_robin", "power_of_two", "least_load", "random", "consistent_hashing", "prefix_hash"
+]
+
+
+class SecretKeyRef(SpecModel):
+    """A key of a Secret in the CR's namespace."""
+
+    name: str = Field(min_length=1, description="Secret name.")
+    key: str = Field(default="token", min_length=1, description="Key inside the Secret.")
+
+
+class ModelCache(SpecModel):
+    """Where downloaded weights live. emptyDir re-downloads per pod; a PVC or hostPath survives restarts."""
+
+    type: Literal["emptyDir", "persistentVolumeClaim", "hostPath"] = "emptyDir"
+    claim_name: str | None = Field(default=None, description="PVC name when type is persistentVolumeClaim.")
+    host_path: str | None = Field(default=None, description="Node path when type is hostPath.")
+    size_limit: str | None = Field(default=None, description="emptyDir size limit, e.g. 200Gi.")
+    mount_path: str = Field(default="/root/.cache/huggingface", description="Mount path (HF_HOME).")
+    read_only: bool = False
+
+
+class ModelSpec(SpecModel):
+    path: str = Field(min_length=1, description="Hugging Face model id or local path (--model-path).")
+    served_name: str | None = Field(
+        default=None, description="Model name clients use (--served-model-name); defaults to path."
+    )
+    revision: str | None = Field(default=None, description="Model revision (branch, tag or commit).")
+    trust_remote_code: bool = False
+    token_secret_ref: SecretKeyRef | None = Field(default=None, description="Secret holding the HF token.")
+    cache: ModelCache = Field(default_factory=ModelCache)
+
+
+class EnvVar(SpecModel):
+    """A container env var; valueFrom is passed through unchanged."""
+
+    name: str = Field(min_length=1)
+    value: str | None = None
+    value_from: dict[str, Any] | None = None
+
+
+class EngineSpec(SpecModel):
+    image: str = Field(default=DEFAULT_SGLANG_IMAGE, min_length=1)
+    version: str = Field(
+        default=DEFAULT_SGLANG_VERSION,
+        pattern=r"^\d+\.\d+\.\d+$",
+        description="SGLang version of the image; picks the launch-flag dialect and readiness endpoint.",
+    )
+    port: int = DEFAULT_ENGINE_PORT
+    max_running_requests: int | None = Field(default=None, description="--max-running-requests per DP rank.")
+    mem_fraction_static: float | None = Field(default=None, description="--mem-fraction-static, in (0, 1).")
+    context_length: int | None = None
+    startup_timeout_seconds: int = Field(
+        default=1800, description="How long weight loading + CUDA graph capture may take before a restart."
+    )
+    args: list[str] = Field(default_factory=list, description="Extra sglang.launch_server arguments, appended.")
+    env: list[EnvVar] = Field(default_factory=list)
+
+
+class ParallelismSpec(SpecModel):
+    tp: int = Field(default=1, description="Tensor parallel size (--tp-size).")
+    dp: int = Field(default=1, description="In-process data parallel groups on one node (--dp-size).")
+    attention_dp: int = Field(default=1, alias="attentionDP", description="Attention data parallel size.")
+    ep: int = Field(default=1, description="Expert parallel size inside the tp group (--ep-size).")
+    moe_a2a_backend: MoeA2ABackend = Field(default="none", alias="moeA2ABackend")
+    dp_lm_head: bool = Field(default=False, description="--enable-dp-lm-head; needs attentionDP > 1.")
+    nnodes: int = Field(default=1, description="Nodes (pods) per replica.")
+
+
+class ResourcesSpec(SpecModel):
+    gpu_resource_name: str = Field(default="nvidia.com/gpu", alias="gpuResourceName")
+    gpus_per_node: int = Field(default=8, alias="gpusPerNode", description="GPUs a node offers; bounds GPUs per pod.")
+    cpu: str | None = None
+    memory: str | None = None
+    shared_memory: str = Field(default="16Gi", description="Size of the /dev/shm memory volume (NCCL).")
+
+
+class StickySessions(SpecModel):
+    enabled: bool = False
+    headers: list[str] = Field(default_factory=lambda: ["x-session-id"], description="Routing-key headers.")
+
+
+class RouterSpec(SpecModel):
+    enabled: bool = True
+    image: str = Field(default=DEFAULT_ROUTER_IMAGE, min_length=1)
+    replicas: int = 1
+    policy: RouterPolicy = "cache_aware"
+    port: int = DEFAULT_ROUTER_PORT
+    metrics_port: int = DEFAULT_ROUTER_METRICS_PORT
+    sticky_sessions: StickySessions = Field(default_factory=StickySessions)
+    args: list[str] = Field(default_factory=list, description="Extra `smg launch` arguments, appended.")
+    api_key_secret_ref: SecretKeyRef | None = None
+
+
+class AutoscalingTargets(SpecModel):
+    concurrency_per_replica: int | None = Field(
+        default=None, description="Requests one replica serves at once (C); default maxRunningRequests x DP."
+    )
+    headroom: float = Field(default=0.3, description="Extra capacity fraction above the capacity rule.")
+    queue_per_replica: float = Field(default=2.0, description="Queued requests per replica tolerated.")
+    gpu_utilization: int | None = Field(default=None, description="Target GPU utilisation percent.")
+
+
+class AutoscalingWindows(SpecModel):
+    rate_seconds: int = Field(default=60, description="Window of the stable request rate.")
+    burst_seconds: int = Field(default=10, description="Short window used to catch bursts.")
+    peak_lookback_seconds: int = Field(default=120, description="How far back the peak short-window rate counts.")
+    scale_up_stabilization_seconds: int = 0
+    scale_down_stabilization_seconds: int = 300
+    metrics_max_age_seconds: int = Field(default=60, description="Older samples count as missing (hold).")
+
+
+class AutoscalingSpec(SpecModel):
+    enabled: bool = False
+    min_replicas: int = 1
+    max_replicas: int = 10
+    max_gpus: int | None = Field(default=None, alias="maxGPUs", description="GPU budget for the whole fleet.")
+    warm_replicas: int = Field(default=0, description="Loaded but unregistered replicas, promoted on scale-up.")
+    prometheus_url: str | None = Field(default=None, alias="prometheusURL")
+    interval_seconds: int = 15
+    tolerance: float = 0.1
+    panic_threshold: float = Field(default=2.0, description="Burst/stable demand ratio that enters panic mode.")
+    max_scale_up_step: int = Field(default=4, description="Replicas added per interval outside panic (or 100%).")
+    startup_seconds: int = Field(default=120, description="Expected time for a new replica to become ready.")
+    targets: AutoscalingTargets = Field(default_factory=AutoscalingTargets)
+    windows: AutoscalingWindows = Field(default_factory=AutoscalingWindows)
+
+
+class ObjectMetaOverrides(SpecModel):
+    labels: dict[str, str] = Field(default_factory=dict)
+    annotations: dict[str, str] = Field(default_factory=dict)
+
+
+class PodTemplateOverrides(SpecModel):
+    """Merged into every worker pod: metadata maps are added; spec keys replace the rendered ones."""
+
+    metadata: ObjectMetaOverrides = Field(default_factory=ObjectMetaOverrides)
+    spec: dict[str, Any] = Field(default_factory=dict)
+
+
+class UpdateStrategy(SpecModel):
+    max_surge: int = 1
+    max_unavailable: int = 0
+    drain_timeout_seconds: int = 120
+
+
+class MonitoringSpec(SpecModel):
+    pod_monitor: bool = Field(default=False, description="Render a prometheus-operator PodMonitor.")
+    interval: str = "15s"
+
+
+class SGLangDeploymentSpec(SpecModel):
+    model: ModelSpec
+    engine: EngineSpec = Field(default_factory=EngineSpec)
+    parallelism: ParallelismSpec = Field(default_factory=ParallelismSpec)
+    resources: ResourcesSpec = Field(default_factory=ResourcesSpec)
+    replicas: int = Field(default=1, description="Independent server replicas (outer DP).")
+    router: RouterSpec = Field(default_factory=RouterSpec)
+    autoscaling: AutoscalingSpec = Field(default_factory=AutoscalingSpec)
+    template: PodTemplateOverrides = Field(default_factory=PodTemplateOverrides)
+    update_strategy: UpdateStrategy = Field(default_factory=UpdateStrategy)
+    monitoring: MonitoringSpec = Field(default_factory=MonitoringSpec)
+
+    @property
+    def served_model_name(self) -> str:
+        return self.model.served_name or self.model.path

@@ -1,0 +1,354 @@
+"""Every rule a spec must satisfy, each written once with its Python check and its CEL twin.
+
+`sglang-operator validate`, the operator (before touching any GPU) and the API server (through the CEL rules that
+`crdgen` copies into the CRD) all enforce this one list, with the same field and the same message. A rule's CEL
+expression is evaluated with `self` = `.spec` after the API server applied the CRD's defaults, so defaulted fields
+can be read directly and optional ones are guarded with `has()`.
+"""
+
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any
+
+from pydantic import ValidationError
+
+from .spec import EP_SPANNING_BACKENDS, SGLangDeploymentSpec
+
+SpecCheck = Callable[[SGLangDeploymentSpec], bool]
+
+
+@dataclass(frozen=True)
+class FieldError:
+    field: str
+    message: str
+
+    def __str__(self) -> str:
+        return f"{self.field}: {self.message}"
+
+
+@dataclass(frozen=True)
+class Rule:
+    """`holds(spec)` and `cel` must agree; `field` is the dotted path the error points at."""
+
+    field: str
+    message: str
+    cel: str
+    holds: SpecCheck
+
+    @property
+    def field_path(self) -> str:
+        """The CEL `fieldPath`, relative to `.spec` where the rule is attached."""
+        return self.field.removeprefix("spec")
+
+
+def _at_least(field: str, minimum: int, get: Callable[[SGLangDeploymentSpec], int | float | None], why: str) -> Rule:
+    cel_path = "self" + field.removeprefix("spec")
+    parent, _, leaf = cel_path.rpartition(".")
+    guard = f"!has({parent}.{leaf}) || " if _optional(field) else ""
+    return Rule(
+        field=field,
+        message=f"must be at least {minimum}: {why}",
+        cel=f"{guard}{cel_path} >= {minimum}",
+        holds=lambda s: (value := get(s)) is None or value >= minimum,
+    )
+
+
+def _optional(field: str) -> bool:
+    return field in _OPTIONAL_FIELDS
+
+
+_OPTIONAL_FIELDS = {
+    "spec.engine.maxRunningRequests",
+    "spec.engine.contextLength",
+    "spec.autoscaling.maxGPUs",
+    "spec.autoscaling.targets.concurrencyPerReplica",
+    "spec.autoscaling.targets.gpuUtilization",
+}
+
+
+def _port(field: str, get: Callable[[SGLangDeploymentSpec], int]) -> Rule:
+    cel_path = "self" + field.removeprefix("spec")
+    return Rule(
+        field=field,
+        message="must be a TCP port between 1 and 65535; pick a free port for the container.",
+        cel=f"{cel_path} >= 1 && {cel_path} <= 65535",
+        holds=lambda s: 1 <= get(s) <= 65535,
+    )
+
+
+_SPANNING = sorted(EP_SPANNING_BACKENDS)
+_SPANNING_CEL = "[" + ", ".join(f"'{b}'" for b in _SPANNING) + "]"
+
+RULES: tuple[Rule, ...] = (
+    _at_least(
+        "spec.parallelism.tp",
+        1,
+        lambda s: s.parallelism.tp,
+        "it is the number of GPUs each model shard spans.",
+    ),
+    _at_least("spec.parallelism.dp", 1, lambda s: s.parallelism.dp, "it counts in-process data-parallel groups."),
+    _at_least(
+        "spec.parallelism.attentionDP",
+        1,
+        lambda s: s.parallelism.attention_dp,
+        "1 disables attention data parallelism.",
+    ),
+    _at_least("spec.parallelism.ep", 1, lambda s: s.parallelism.ep, "1 disables expert parallelism."),
+    _at_least("spec.parallelism.nnodes", 1, lambda s: s.parallelism.nnodes, "a replica runs on at least one node."),
+    _at_least("spec.resources.gpusPerNode", 1, lambda s: s.resources.gpus_per_node, "set the GPUs one node offers."),
+    _at_least("spec.replicas", 0, lambda s: s.replicas, "use 0 to stop all replicas."),
+    _at_least(
+        "spec.router.replicas",
+        1,
+        lambda s: s.router.replicas,
+        "set router.enabled: false to run without a router.",
+    ),
+    _at_least(
+        "spec.engine.maxRunningRequests",
+        1,
+        lambda s: s.engine.max_running_requests,
+        "a replica must be allowed to run a request; omit the field to let SGLang size it.",
+    ),
+    _at_least(
+        "spec.engine.contextLength",
+        1,
+        lambda s: s.engine.context_length,
+        "omit the field to use the model's own context length.",
+    ),
+    _at_least(
+        "spec.engine.startupTimeoutSeconds",
+        60,
+        lambda s: s.engine.startup_timeout_seconds,
+        "weight loading and CUDA graph capture take minutes.",
+    ),
+    _at_least("spec.updateStrategy.maxSurge", 0, lambda s: s.update_strategy.max_surge, "it is a replica count."),
+    _at_least(
+        "spec.updateStrategy.maxUnavailable",
+        0,
+        lambda s: s.update_strategy.max_unavailable,
+        "it is a replica count.",
+    ),
+    _at_least(
+        "spec.updateStrategy.drainTimeoutSeconds",
+        0,
+        lambda s: s.update_strategy.drain_timeout_seconds,
+        "0 deletes replicas without waiting for in-flight requests.",
+    ),
+    _at_least(
+        "spec.autoscaling.minReplicas",
+        0,
+        lambda s: s.autoscaling.min_replicas,
+        "use 0 to allow scale to zero.",
+    ),
+    _at_least(
+        "spec.autoscaling.maxReplicas",
+        1,
+        lambda s: s.autoscaling.max_replicas,
+        "the autoscaler needs room for one replica.",
+    ),
+    _at_least("spec.autoscaling.warmReplicas", 0, lambda s: s.autoscaling.warm_replicas, "0 disables warm replicas."),
+    _at_least(
+        "spec.autoscaling.intervalSeconds",
+        1,
+        lambda s: s.autoscaling.interval_seconds,
+        "the autoscaler queries Prometheus once per interval.",
+    ),
+    _at_least("spec.autoscaling.maxGPUs", 1, lambda s: s.autoscaling.max_gpus, "omit the field for no GPU budget."),
+    _at_least(
+        "spec.autoscaling.targets.concurrencyPerReplica",
+        1,
+        lambda s: s.autoscaling.targets.concurrency_per_replica,
+        "omit it to derive C from maxRunningRequests.",
+    ),
+    _port("spec.engine.port", lambda s: s.engine.port),
+    _port("spec.router.port", lambda s: s.router.port),
+    _port("spec.router.metricsPort", lambda s: s.router.metrics_port),
+    Rule(
+        field="spec.router.metricsPort",
+        message="must differ from router.port: smg serves Prometheus metrics on a listener of its own.",
+        cel="self.router.metricsPort != self.router.port",
+        holds=lambda s: s.router.metrics_port != s.router.port,
+    ),
+    Rule(
+        field="spec.parallelism.attentionDP",
+        message="tp must be divisible by attentionDP: attention DP splits the tp group into equal ranks "
+        "(attn_tp = tp / attentionDP); choose a divisor of tp.",
+        cel="self.parallelism.attentionDP < 1 || self.parallelism.tp % self.parallelism.attentionDP == 0",
+        holds=lambda s: s.parallelism.attention_dp < 1 or s.parallelism.tp % s.parallelism.attention_dp == 0,
+    ),
+    Rule(
+        field="spec.parallelism.attentionDP",
+        message="attentionDP > 1 cannot be combined with dp > 1: SGLang rejects data-parallel replicas together "
+        "with attention data parallelism; use replicas for more copies, or set dp: 1.",
+        cel="!(self.parallelism.attentionDP > 1 && self.parallelism.dp > 1)",
+        holds=lambda s: not (s.parallelism.attention_dp > 1 and s.parallelism.dp > 1),
+    ),
+    Rule(
+        field="spec.parallelism.dp",
+        message="dp > 1 cannot span nodes: in-process data parallelism runs on one node; use replicas (one "
+        "replica per node group) or attentionDP across nodes.",
+        cel="!(self.parallelism.dp > 1 && self.parallelism.nnodes > 1)",
+        holds=lambda s: not (s.parallelism.dp > 1 and s.parallelism.nnodes > 1),
+    ),
+    Rule(
+        field="spec.parallelism.nnodes",
+        message="tp must be divisible by nnodes: each node of a replica holds tp / nnodes GPUs; choose nnodes "
+        "among tp's divisors.",
+        cel="self.parallelism.nnodes < 1 || self.parallelism.tp % self.parallelism.nnodes == 0",
+        holds=lambda s: s.parallelism.nnodes < 1 or s.parallelism.tp % s.parallelism.nnodes == 0,
+    ),
+    Rule(
+        field="spec.resources.gpusPerNode",
+        message="GPUs per pod (tp x dp / nnodes) exceed gpusPerNode: such a pod can never be scheduled; raise "
+        "nnodes or lower tp/dp.",
+        cel="self.parallelism.nnodes < 1 || self.resources.gpusPerNode < 1 || "
+        "self.parallelism.tp * self.parallelism.dp <= self.resources.gpusPerNode * self.parallelism.nnodes",
+        holds=lambda s: (
+            s.parallelism.nnodes < 1
+            or s.resources.gpus_per_node < 1
+            or s.parallelism.tp * s.parallelism.dp <= s.resources.gpus_per_node * s.parallelism.nnodes
+        ),
+    ),
+    Rule(
+        field="spec.parallelism.dpLmHead",
+        message="dpLmHead requires attentionDP > 1: SGLang's --enable-dp-lm-head only works with attention data "
+        "parallelism; set attentionDP or drop dpLmHead.",
+        cel="!self.parallelism.dpLmHead || self.parallelism.attentionDP > 1",
+        holds=lambda s: not s.parallelism.dp_lm_head or s.parallelism.attention_dp > 1,
+    ),
+    Rule(
+        field="spec.parallelism.ep",
+        message="ep must divide tp: experts are sharded inside the tp group; choose a divisor of tp.",
+        cel="self.parallelism.ep < 1 || self.parallelism.tp % self.parallelism.ep == 0",
+        holds=lambda s: s.parallelism.ep < 1 or s.parallelism.tp % s.parallelism.ep == 0,
+    ),
+    Rule(
+        field="spec.parallelism.ep",
+        message=f"the all-to-all backends {', '.join(_SPANNING)} require ep == tp: SGLang would silently "
+        "override ep; set ep equal to tp.",
+        cel=f"!(self.parallelism.moeA2ABackend in {_SPANNING_CEL}) || self.parallelism.ep == self.parallelism.tp",
+        holds=lambda s: (
+            s.parallelism.moe_a2a_backend not in EP_SPANNING_BACKENDS or s.parallelism.ep == s.parallelism.tp
+        ),
+    ),
+    Rule(
+        field="spec.model.servedName",
+        message="the served model name must not contain ':' (SGLang reserves it for model:adapter LoRA names); "
+        "set servedName to a name without ':'.",
+        cel="has(self.model.servedName) ? !self.model.servedName.contains(':') : !self.model.path.contains(':')",
+        holds=lambda s: ":" not in s.served_model_name,
+    ),
+    Rule(
+        field="spec.model.cache.claimName",
+        message="is required when cache.type is persistentVolumeClaim; name an existing PVC.",
+        cel="self.model.cache.type != 'persistentVolumeClaim' || has(self.model.cache.claimName)",
+        holds=lambda s: s.model.cache.type != "persistentVolumeClaim" or bool(s.model.cache.claim_name),
+    ),
+    Rule(
+        field="spec.model.cache.hostPath",
+        message="is required when cache.type is hostPath; give the node directory holding the weights.",
+        cel="self.model.cache.type != 'hostPath' || has(self.model.cache.hostPath)",
+        holds=lambda s: s.model.cache.type != "hostPath" or bool(s.model.cache.host_path),
+    ),
+    Rule(
+        field="spec.engine.memFractionStatic",
+        message="must be between 0 and 1 (exclusive): it is the fraction of GPU memory for weights and KV cache.",
+        cel="!has(self.engine.memFractionStatic) || (self.engine.memFractionStatic > 0.0 && "
+        "self.engine.memFractionStatic < 1.0)",
+        holds=lambda s: s.engine.mem_fraction_static is None or 0 < s.engine.mem_fraction_static < 1,
+    ),
+    Rule(
+        field="spec.updateStrategy",
+        message="maxSurge and maxUnavailable cannot both be 0: a rollout could then never replace a replica; "
+        "set maxSurge: 1 (surge) or maxUnavailable: 1 (in place).",
+        cel="self.updateStrategy.maxSurge > 0 || self.updateStrategy.maxUnavailable > 0",
+        holds=lambda s: s.update_strategy.max_surge > 0 or s.update_strategy.max_unavailable > 0,
+    ),
+    Rule(
+        field="spec.autoscaling.minReplicas",
+        message="minReplicas must not exceed maxReplicas; lower minReplicas or raise maxReplicas.",
+        cel="self.autoscaling.minReplicas <= self.autoscaling.maxReplicas",
+        holds=lambda s: s.autoscaling.min_replicas <= s.autoscaling.max_replicas,
+    ),
+    Rule(
+        field="spec.autoscaling.maxGPUs",
+        message="the GPU budget cannot hold minReplicas replicas (minReplicas x tp x dp GPUs); raise maxGPUs or "
+        "lower minReplicas.",
+        cel="!has(self.autoscaling.maxGPUs) || self.autoscaling.maxGPUs >= "
+        "self.autoscaling.minReplicas * self.parallelism.tp * self.parallelism.dp",
+        holds=lambda s: (
+            s.autoscaling.max_gpus is None
+            or s.autoscaling.max_gpus >= s.autoscaling.min_replicas * s.parallelism.tp * s.parallelism.dp
+        ),
+    ),
+    Rule(
+        field="spec.autoscaling.targets.headroom",
+        message="must be between 0 and 10: it is the spare capacity fraction (0.3 = 30 %).",
+        cel="self.autoscaling.targets.headroom >= 0.0 && self.autoscaling.targets.headroom <= 10.0",
+        holds=lambda s: 0 <= s.autoscaling.targets.headroom <= 10,
+    ),
+    Rule(
+        field="spec.autoscaling.tolerance",
+        message="must be between 0 and 1: changes smaller than this fraction are ignored (HPA uses 0.1).",
+        cel="self.autoscaling.tolerance >= 0.0 && self.autoscaling.tolerance < 1.0",
+        holds=lambda s: 0 <= s.autoscaling.tolerance < 1,
+    ),
+    Rule(
+        field="spec.autoscaling.targets.gpuUtilization",
+        message="must be a percentage between 1 and 100; omit it to ignore GPU utilisation.",
+        cel="!has(self.autoscaling.targets.gpuUtilization) || (self.autoscaling.targets.gpuUtilization >= 1 && "
+        "self.autoscaling.targets.gpuUtilization <= 100)",
+        holds=lambda s: (
+            s.autoscaling.targets.gpu_utilization is None or 1 <= s.autoscaling.targets.gpu_utilization <= 100
+        ),
+    ),
+    Rule(
+        field="spec.router.stickySessions.headers",
+        message="must name at least one header when sticky sessions are enabled (e.g. x-session-id).",
+        cel="!self.router.stickySessions.enabled || size(self.router.stickySessions.headers) > 0",
+        holds=lambda s: not s.router.sticky_sessions.enabled or len(s.router.sticky_sessions.headers) > 0,
+    ),
+)
+
+
+def check_rules(spec: SGLangDeploymentSpec) -> list[FieldError]:
+    return [FieldError(rule.field, rule.message) for rule in RULES if not rule.holds(spec)]
+
+
+def parse_spec(raw: Any) -> tuple[SGLangDeploymentSpec | None, list[FieldError]]:
+    """Parse and check a raw `.spec`; the spec is returned only when it has no errors at all."""
+    if not isinstance(raw, dict):
+        return None, [FieldError("spec", "must be an object with at least model.path.")]
+    try:
+        spec = SGLangDeploymentSpec.model_validate(raw)
+    except ValidationError as exc:
+        return None, [_from_pydantic(err) for err in exc.errors()]
+    errors = check_rules(spec)
+    return (None if errors else spec), errors
+
+
+def _from_pydantic(err: Any) -> FieldError:
+    field = ".".join(["spec", *(str(part) for part in err["loc"])])
+    if err["type"] == "missing":
+        return FieldError(field, "is required.")
+    return FieldError(field, f"{err['msg']} (got {err.get('input')!r}).")
+
+
+MAX_NAME_LENGTH = 40
+
+
+@dataclass(frozen=True)
+class NameRule:
+    """Child names are `<name>-<revision>-<replica>-<rank>` and must stay valid 63-character DNS labels."""
+
+    cel: str = f"size(self.metadata.name) <= {MAX_NAME_LENGTH}"
+    message: str = (
+        f"metadata.name must be at most {MAX_NAME_LENGTH} characters: pod and Service names are derived from it "
+        "and must fit a 63-character DNS label; choose a shorter name."
+    )
+
+    def check(self, name: str) -> list[FieldError]:
+        return [] if len(name) <= MAX_NAME_LENGTH else [FieldError("metadata.name", self.message)]
+
+
+NAME_RULE = NameRule()

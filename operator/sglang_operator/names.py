@@ -1,0 +1,28 @@
+"""Names of every child object, derived deterministically from the CR's name, so no state is needed to find them."""
+
+
+def worker_pod(deployment: str, revision: str, replica: int, rank: int) -> str:
+    return f"{deployment}-{revision}-{replica}-{rank}"
+
+
+def workers_service(deployment: str) -> str:
+    """Headless Service giving rank 0 of each multi-node replica a stable DNS name."""
+    return f"{deployment}-workers"
+
+
+def router(deployment: str) -> str:
+    """The router's Deployment and Service share this name."""
+    return f"{deployment}-router"
+
+
+def pod_monitor(deployment: str) -> str:
+    return deployment
+
+
+def dist_init_host(deployment: str, namespace: str, revision: str, replica: int) -> str:
+    """DNS name of rank 0 of a replica: `<hostname>.<subdomain>.<namespace>.svc` through the headless Service."""
+    return f"{worker_pod(deployment, revision, replica, 0)}.{workers_service(deployment)}.{namespace}.svc"
+
+
+def router_endpoint(deployment: str, namespace: str, port: int) -> str:
+    return f"http://{router(deployment)}.{namespace}.svc:{port}"

@@ -1,0 +1,31 @@
+"""Pure rendering: (spec, owner, replica set) -> the Kubernetes objects the operator wants to exist."""
+
+from typing import Any
+
+from ..api.spec import SGLangDeploymentSpec
+from .meta import Owner
+from .monitoring import pod_monitor
+from .router import router_deployment, router_service
+from .workers import replica_pods, revision_hash, workers_service
+
+
+def shared_children(spec: SGLangDeploymentSpec, owner: Owner) -> list[dict[str, Any]]:
+    """Everything but the worker pods, whose set the reconciler chooses replica by replica."""
+    children: list[dict[str, Any]] = []
+    if spec.parallelism.nnodes > 1:
+        children.append(workers_service(spec, owner))
+    if spec.router.enabled:
+        children += [router_deployment(spec, owner), router_service(spec, owner)]
+    if spec.monitoring.pod_monitor:
+        children.append(pod_monitor(spec, owner))
+    return children
+
+
+def render_all(spec: SGLangDeploymentSpec, owner: Owner) -> list[dict[str, Any]]:
+    """The steady state of a fresh deployment: replicas 0..N-1 at the current revision, then shared children."""
+    revision = revision_hash(spec)
+    pods = [pod for replica in range(spec.replicas) for pod in replica_pods(spec, owner, revision, replica)]
+    return pods + shared_children(spec, owner)
+
+
+__all__ = ["Owner", "render_all", "replica_pods", "revision_hash", "shared_children"]

@@ -1,0 +1,47 @@
+"""Merge the user's `template.spec` into a rendered pod spec.
+
+Top-level keys (nodeSelector, tolerations, affinity, priorityClassName, ...) replace the rendered value.
+`containers`, `initContainers` and `volumes` merge by name, like a strategic merge patch: a container named
+`sglang` updates the rendered one (its env and volumeMounts are appended), a new name is added.
+"""
+
+from typing import Any
+
+_MERGED_BY_NAME = ("containers", "initContainers", "volumes")
+_APPENDED_CONTAINER_LISTS = ("env", "volumeMounts", "ports", "envFrom")
+
+
+def _merge_container(base: dict[str, Any], override: dict[str, Any]) -> dict[str, Any]:
+    merged = dict(base)
+    for key, value in override.items():
+        if key in _APPENDED_CONTAINER_LISTS and isinstance(value, list):
+            merged[key] = [*base.get(key, []), *value]
+        elif key == "resources" and isinstance(value, dict):
+            merged[key] = {
+                kind: {**base.get(key, {}).get(kind, {}), **value.get(kind, {})} for kind in ("requests", "limits")
+            }
+        else:
+            merged[key] = value
+    return merged
+
+
+def _merge_named(base: list[dict[str, Any]], override: list[dict[str, Any]], nested: bool) -> list[dict[str, Any]]:
+    by_name = {item.get("name"): item for item in override}
+    result = []
+    for item in base:
+        extra = by_name.pop(item.get("name"), None)
+        if extra is None:
+            result.append(item)
+        else:
+            result.append(_merge_container(item, extra) if nested else extra)
+    return result + list(by_name.values())
+
+
+def merge_pod_spec(rendered: dict[str, Any], override: dict[str, Any]) -> dict[str, Any]:
+    merged = dict(rendered)
+    for key, value in override.items():
+        if key in _MERGED_BY_NAME and isinstance(value, list):
+            merged[key] = _merge_named(rendered.get(key, []), value, nested=key != "volumes")
+        else:
+            merged[key] = value
+    return merged

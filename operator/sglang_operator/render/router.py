@@ -1,0 +1,93 @@
+"""The smg router: a Deployment running `smg launch` and its Service.
+
+No `--service-discovery`: the operator is the only source of membership and registers workers through the
+router's REST API. Health checks are frequent so a dead worker leaves rotation within seconds even before the
+operator deregisters it.
+"""
+
+from typing import Any
+
+from .. import names
+from ..api.constants import COMPONENT_ROUTER
+from ..api.spec import SGLangDeploymentSpec
+from .meta import Owner, child_labels, object_meta, scrape_annotations, selector_labels
+
+CONTAINER_NAME = "smg"
+API_KEY_ENV = "SMG_API_KEY"
+
+
+def router_command(spec: SGLangDeploymentSpec) -> list[str]:
+    router = spec.router
+    command = [
+        "smg", "launch",
+        "--host", "0.0.0.0",
+        "--port", str(router.port),
+        "--policy", router.policy,
+        "--prometheus-host", "0.0.0.0",
+        "--prometheus-port", str(router.metrics_port),
+        "--health-check-interval-secs", "5",
+        "--health-failure-threshold", "2",
+        "--health-success-threshold", "1",
+        "--worker-startup-check-interval", "2",
+        "--log-level", "info",
+    ]  # fmt: skip
+    if router.sticky_sessions.enabled:
+        command += ["--sticky-sessions", "--routing-key-headers", *router.sticky_sessions.headers]
+    if router.api_key_secret_ref is not None:
+        command += ["--api-key", f"$({API_KEY_ENV})"]
+    return command + list(router.args)
+
+
+def router_deployment(spec: SGLangDeploymentSpec, owner: Owner) -> dict[str, Any]:
+    router = spec.router
+    labels = child_labels(owner, COMPONENT_ROUTER)
+    env: list[dict[str, Any]] = []
+    if router.api_key_secret_ref is not None:
+        ref = router.api_key_secret_ref
+        env.append({"name": API_KEY_ENV, "valueFrom": {"secretKeyRef": {"name": ref.name, "key": ref.key}}})
+    container: dict[str, Any] = {
+        "name": CONTAINER_NAME,
+        "image": router.image,
+        "command": router_command(spec),
+        "ports": [
+            {"name": "http", "containerPort": router.port, "protocol": "TCP"},
+            {"name": "metrics", "containerPort": router.metrics_port, "protocol": "TCP"},
+        ],
+        # /health answers 200 with zero workers: the router is ready to be given workers, which is our job.
+        "readinessProbe": {"httpGet": {"path": "/health", "port": router.port}, "periodSeconds": 2,
+                           "timeoutSeconds": 5, "failureThreshold": 3},
+        "livenessProbe": {"httpGet": {"path": "/liveness", "port": router.port}, "periodSeconds": 10,
+                          "timeoutSeconds": 5, "failureThreshold": 3},
+    }  # fmt: skip
+    if env:
+        container["env"] = env
+    return {
+        "apiVersion": "apps/v1",
+        "kind": "Deployment",
+        "metadata": object_meta(owner, names.router(owner.name), labels),
+        "spec": {
+            "replicas": router.replicas,
+            "selector": {"matchLabels": selector_labels(owner, COMPONENT_ROUTER)},
+            "template": {
+                "metadata": {"labels": labels, "annotations": scrape_annotations(router.metrics_port)},
+                "spec": {"containers": [container], "terminationGracePeriodSeconds": 30},
+            },
+        },
+    }
+
+
+def router_service(spec: SGLangDeploymentSpec, owner: Owner) -> dict[str, Any]:
+    router = spec.router
+    return {
+        "apiVersion": "v1",
+        "kind": "Service",
+        "metadata": object_meta(owner, names.router(owner.name), child_labels(owner, COMPONENT_ROUTER)),
+        "spec": {
+            "type": "ClusterIP",
+            "selector": selector_labels(owner, COMPONENT_ROUTER),
+            "ports": [
+                {"name": "http", "port": router.port, "targetPort": "http", "protocol": "TCP"},
+                {"name": "metrics", "port": router.metrics_port, "targetPort": "metrics", "protocol": "TCP"},
+            ],
+        },
+    }

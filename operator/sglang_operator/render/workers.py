@@ -1,0 +1,185 @@
+"""Worker pods (one per node of a replica) and the headless Service of multi-node replicas.
+
+Pure: every input is an argument. The pod runs the real `python3 -m sglang.launch_server` command from
+`topology.launch_args`, asks for GPUs with requests = limits, mounts /dev/shm as memory for NCCL, keeps weights in a
+cache volume, and probes the server in a way that survives minutes of weight loading and a /health that itself
+runs a one-token generation (~1 s).
+"""
+
+import hashlib
+import json
+from typing import Any
+
+from .. import names
+from ..api.constants import (
+    COMPONENT_WORKER,
+    DIST_INIT_PORT,
+    LABEL_COMPONENT,
+    LABEL_DEPLOYMENT,
+    LABEL_NODE_RANK,
+    LABEL_REPLICA,
+    LABEL_REVISION,
+)
+from ..api.spec import SGLangDeploymentSpec
+from ..topology import launch_args, readiness_path, topology
+from .meta import Owner, child_labels, object_meta, scrape_annotations
+from .overrides import merge_pod_spec
+
+CONTAINER_NAME = "sglang"
+PROBE_PERIOD_SECONDS = 10
+# SGLang's /health submits a one-token generation and polls it for up to 20 s; a 1 s timeout would flap.
+PROBE_TIMEOUT_SECONDS = 30
+TERMINATION_GRACE_SECONDS = 60
+
+
+def revision_hash(spec: SGLangDeploymentSpec) -> str:
+    """Hash of everything that shapes a worker pod; a new value starts a rollout.
+
+    Replicas, router, autoscaling, update strategy and monitoring are left out: changing them must not restart
+    GPU servers.
+    """
+    shaping = spec.model_dump(
+        by_alias=True, mode="json", include={"model", "engine", "parallelism", "resources", "template"}
+    )
+    digest = hashlib.sha256(json.dumps(shaping, sort_keys=True).encode()).hexdigest()
+    return digest[:10]
+
+
+def worker_labels(owner: Owner, revision: str, replica: int, rank: int) -> dict[str, str]:
+    return {
+        **child_labels(owner, COMPONENT_WORKER),
+        LABEL_REPLICA: str(replica),
+        LABEL_NODE_RANK: str(rank),
+        LABEL_REVISION: revision,
+    }
+
+
+def _env(spec: SGLangDeploymentSpec) -> list[dict[str, Any]]:
+    def field_ref(path: str) -> dict[str, Any]:
+        return {"fieldRef": {"fieldPath": path}}
+
+    env: list[dict[str, Any]] = [
+        {"name": "POD_NAME", "valueFrom": field_ref("metadata.name")},
+        {"name": "POD_NAMESPACE", "valueFrom": field_ref("metadata.namespace")},
+        {"name": "POD_IP", "valueFrom": field_ref("status.podIP")},
+        {"name": "HF_HOME", "value": spec.model.cache.mount_path},
+    ]
+    if spec.model.token_secret_ref is not None:
+        ref = spec.model.token_secret_ref
+        env.append({"name": "HF_TOKEN", "valueFrom": {"secretKeyRef": {"name": ref.name, "key": ref.key}}})
+    for var in spec.engine.env:
+        env.append(var.model_dump(by_alias=True, exclude_none=True))
+    return env
+
+
+def _resources(spec: SGLangDeploymentSpec) -> dict[str, Any]:
+    gpus = str(topology(spec).gpus_per_pod)
+    amounts = {spec.resources.gpu_resource_name: gpus}
+    if spec.resources.cpu:
+        amounts["cpu"] = spec.resources.cpu
+    if spec.resources.memory:
+        amounts["memory"] = spec.resources.memory
+    return {"requests": dict(amounts), "limits": dict(amounts)}
+
+
+def _volumes(spec: SGLangDeploymentSpec) -> list[dict[str, Any]]:
+    cache = spec.model.cache
+    cache_volume: dict[str, Any] = {"name": "model-cache"}
+    if cache.type == "persistentVolumeClaim":
+        cache_volume["persistentVolumeClaim"] = {"claimName": cache.claim_name, "readOnly": cache.read_only}
+    elif cache.type == "hostPath":
+        cache_volume["hostPath"] = {"path": cache.host_path, "type": "DirectoryOrCreate"}
+    else:
+        cache_volume["emptyDir"] = {"sizeLimit": cache.size_limit} if cache.size_limit else {}
+    return [
+        {"name": "dshm", "emptyDir": {"medium": "Memory", "sizeLimit": spec.resources.shared_memory}},
+        cache_volume,
+    ]
+
+
+def _probes(spec: SGLangDeploymentSpec, rank: int) -> dict[str, Any]:
+    """Startup covers weight load + graph capture; readiness gates routing; liveness catches a hung server.
+
+    Ranks >= 1 only serve a dummy /health, so every probe of theirs uses it.
+    """
+    port = spec.engine.port
+
+    def http(path: str, period: int, failures: int) -> dict[str, Any]:
+        return {
+            "httpGet": {"path": path, "port": port},
+            "periodSeconds": period,
+            "timeoutSeconds": PROBE_TIMEOUT_SECONDS,
+            "failureThreshold": failures,
+        }
+
+    ready = readiness_path(spec.engine.version) if rank == 0 else "/health"
+    startup_failures = max(spec.engine.startup_timeout_seconds // PROBE_PERIOD_SECONDS, 1)
+    return {
+        "startupProbe": http("/health", PROBE_PERIOD_SECONDS, startup_failures),
+        "readinessProbe": http(ready, 5, 3),
+        "livenessProbe": http("/health", 30, 5),
+    }
+
+
+def worker_pod(spec: SGLangDeploymentSpec, owner: Owner, revision: str, replica: int, rank: int) -> dict[str, Any]:
+    multi_node = spec.parallelism.nnodes > 1
+    pod_name = names.worker_pod(owner.name, revision, replica, rank)
+    dist_host = names.dist_init_host(owner.name, owner.namespace, revision, replica) if multi_node else None
+    labels = {**spec.template.metadata.labels, **worker_labels(owner, revision, replica, rank)}
+    annotations = {**scrape_annotations(spec.engine.port), **spec.template.metadata.annotations}
+    container = {
+        "name": CONTAINER_NAME,
+        "image": spec.engine.image,
+        "command": launch_args(spec, node_rank=rank, dist_init_host=dist_host),
+        "ports": [{"name": "http", "containerPort": spec.engine.port, "protocol": "TCP"}]
+        + ([{"name": "dist", "containerPort": DIST_INIT_PORT, "protocol": "TCP"}] if multi_node else []),
+        "env": _env(spec),
+        "resources": _resources(spec),
+        "volumeMounts": [
+            {"name": "dshm", "mountPath": "/dev/shm"},
+            {"name": "model-cache", "mountPath": spec.model.cache.mount_path},
+        ],
+        **_probes(spec, rank),
+    }
+    pod_spec: dict[str, Any] = {
+        # A multi-node replica restarts as a gang, by the operator; a single-node one restarts in place.
+        "restartPolicy": "Never" if multi_node else "Always",
+        "terminationGracePeriodSeconds": TERMINATION_GRACE_SECONDS,
+        "containers": [container],
+        "volumes": _volumes(spec),
+    }
+    if multi_node:
+        pod_spec["hostname"] = pod_name
+        pod_spec["subdomain"] = names.workers_service(owner.name)
+    return {
+        "apiVersion": "v1",
+        "kind": "Pod",
+        "metadata": object_meta(owner, pod_name, labels, annotations),
+        "spec": merge_pod_spec(pod_spec, spec.template.spec),
+    }
+
+
+def replica_pods(spec: SGLangDeploymentSpec, owner: Owner, revision: str, replica: int) -> list[dict[str, Any]]:
+    return [worker_pod(spec, owner, revision, replica, rank) for rank in range(spec.parallelism.nnodes)]
+
+
+def workers_service(spec: SGLangDeploymentSpec, owner: Owner) -> dict[str, Any]:
+    """Headless, publishing not-ready addresses: ranks must find rank 0 before any of them is ready."""
+    return {
+        "apiVersion": "v1",
+        "kind": "Service",
+        "metadata": object_meta(owner, names.workers_service(owner.name), child_labels(owner, COMPONENT_WORKER)),
+        "spec": {
+            "clusterIP": "None",
+            "publishNotReadyAddresses": True,
+            "selector": {
+                LABEL_DEPLOYMENT: owner.name,
+                LABEL_COMPONENT: COMPONENT_WORKER,
+                LABEL_NODE_RANK: "0",
+            },
+            "ports": [
+                {"name": "http", "port": spec.engine.port, "targetPort": "http", "protocol": "TCP"},
+                {"name": "dist", "port": DIST_INIT_PORT, "targetPort": "dist", "protocol": "TCP"},
+            ],
+        },
+    }

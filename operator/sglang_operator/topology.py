@@ -1,0 +1,115 @@
+"""Parallelism -> GPUs, pods and the exact `sglang.launch_server` command line, per SGLang flag dialect.
+
+Pure arithmetic over a parsed spec. The rules follow SGLang 0.5.23 (see shared/reference/sglang-server.md):
+GPUs per replica = tp x dp (attention DP and EP live inside the tp group and add none); a multi-node replica
+spreads tp over `nnodes` pods; only rank 0 serves HTTP.
+"""
+
+from dataclasses import dataclass
+
+from .api.constants import DIST_INIT_PORT
+from .api.spec import SGLangDeploymentSpec
+
+# SGLang releases where a flag or endpoint changed (checked against wheels, reference §"Version boundaries").
+ATTN_DP_FLAG_SINCE = (0, 5, 22)
+READY_ENDPOINT_SINCE = (0, 5, 20)
+# When maxRunningRequests is unset SGLang sizes it from the KV pool; the operator assumes this per DP rank.
+DEFAULT_MAX_RUNNING_REQUESTS = 64
+
+
+def parse_version(version: str) -> tuple[int, int, int]:
+    major, minor, patch = (int(part) for part in version.split(".")[:3])
+    return major, minor, patch
+
+
+@dataclass(frozen=True)
+class Topology:
+    """The shape of one replica and of the fleet."""
+
+    gpus_per_replica: int
+    pods_per_replica: int
+    gpus_per_pod: int
+    concurrency_per_replica: int
+
+    def total_gpus(self, replicas: int) -> int:
+        return self.gpus_per_replica * replicas
+
+
+def topology(spec: SGLangDeploymentSpec) -> Topology:
+    par = spec.parallelism
+    gpus_per_replica = par.tp * par.dp
+    nnodes = max(par.nnodes, 1)
+    return Topology(
+        gpus_per_replica=gpus_per_replica,
+        pods_per_replica=nnodes,
+        gpus_per_pod=-(-gpus_per_replica // nnodes),  # ceil; validation makes it exact
+        concurrency_per_replica=concurrency_per_replica(spec),
+    )
+
+
+def concurrency_per_replica(spec: SGLangDeploymentSpec) -> int:
+    """C of the capacity rule: requests one replica runs at once.
+
+    An explicit autoscaling target wins; otherwise max_running_requests applies per scheduler (DP group or
+    attention-DP rank), so it multiplies by both.
+    """
+    explicit = spec.autoscaling.targets.concurrency_per_replica
+    if explicit:
+        return explicit
+    per_rank = spec.engine.max_running_requests or DEFAULT_MAX_RUNNING_REQUESTS
+    return per_rank * spec.parallelism.dp * spec.parallelism.attention_dp
+
+
+def readiness_path(version: str) -> str:
+    """`/ready` is a flag check (cheap, exact) from 0.5.20; before that only `/health` exists."""
+    return "/ready" if parse_version(version) >= READY_ENDPOINT_SINCE else "/health"
+
+
+def uses_attn_dp_flag(version: str) -> bool:
+    return parse_version(version) >= ATTN_DP_FLAG_SINCE
+
+
+def launch_args(spec: SGLangDeploymentSpec, node_rank: int = 0, dist_init_host: str | None = None) -> list[str]:
+    """The full command of one worker pod: `python3 -m sglang.launch_server` and its flags, user args last."""
+    par, engine = spec.parallelism, spec.engine
+    args = [
+        "python3", "-m", "sglang.launch_server",
+        "--model-path", spec.model.path,
+        "--served-model-name", spec.served_model_name,
+        "--host", "0.0.0.0",
+        "--port", str(engine.port),
+        "--tp-size", str(par.tp),
+    ]  # fmt: skip
+    if par.dp > 1:
+        args += ["--dp-size", str(par.dp)]
+    if par.attention_dp > 1:
+        if uses_attn_dp_flag(engine.version):
+            args += ["--attn-dp-size", str(par.attention_dp)]
+        else:
+            args += ["--dp-size", str(par.attention_dp), "--enable-dp-attention"]
+    if par.ep > 1:
+        args += ["--ep-size", str(par.ep)]
+    if par.moe_a2a_backend != "none":
+        args += ["--moe-a2a-backend", par.moe_a2a_backend]
+    if par.dp_lm_head:
+        args.append("--enable-dp-lm-head")
+    if par.nnodes > 1:
+        if dist_init_host is None:
+            raise ValueError("a multi-node replica needs the rank-0 host for --dist-init-addr")
+        args += [
+            "--nnodes", str(par.nnodes),
+            "--node-rank", str(node_rank),
+            "--dist-init-addr", f"{dist_init_host}:{DIST_INIT_PORT}",
+        ]  # fmt: skip
+    if engine.max_running_requests is not None:
+        args += ["--max-running-requests", str(engine.max_running_requests)]
+    if engine.mem_fraction_static is not None:
+        args += ["--mem-fraction-static", repr(engine.mem_fraction_static)]
+    if engine.context_length is not None:
+        args += ["--context-length", str(engine.context_length)]
+    if spec.model.revision:
+        args += ["--revision", spec.model.revision]
+    if spec.model.trust_remote_code:
+        args.append("--trust-remote-code")
+    args.append("--enable-metrics")
+    return args + list(engine.args)

@@ -1,0 +1,154 @@
+"""Each validation rule: one spec that breaks it (and only it) and one that satisfies it.
+
+The table is keyed by the rule's field and a word of its message; a meta-test fails when a rule has no case,
+so a new rule cannot land untested.
+"""
+
+from typing import Any
+
+import pytest
+from sglang_operator.api.validation import RULES, Rule, check_rules, parse_spec
+
+# (field, message fragment, failing spec, passing spec)
+CASES: list[tuple[str, str, dict[str, Any], dict[str, Any]]] = [
+    ("spec.parallelism.tp", "at least 1", {"parallelism": {"tp": 0}}, {"parallelism": {"tp": 2}}),
+    ("spec.parallelism.dp", "at least 1", {"parallelism": {"dp": 0}}, {"parallelism": {"dp": 2}}),
+    ("spec.parallelism.attentionDP", "at least 1", {"parallelism": {"attentionDP": 0}},
+     {"parallelism": {"tp": 2, "attentionDP": 2}}),
+    ("spec.parallelism.ep", "at least 1", {"parallelism": {"ep": 0}}, {"parallelism": {"tp": 2, "ep": 2}}),
+    ("spec.parallelism.nnodes", "at least 1", {"parallelism": {"nnodes": 0}},
+     {"parallelism": {"tp": 2, "nnodes": 2}}),
+    ("spec.resources.gpusPerNode", "at least 1", {"resources": {"gpusPerNode": 0}},
+     {"resources": {"gpusPerNode": 1}}),
+    ("spec.replicas", "at least 0", {"replicas": -1}, {"replicas": 0}),
+    ("spec.router.replicas", "at least 1", {"router": {"replicas": 0}}, {"router": {"replicas": 2}}),
+    ("spec.engine.maxRunningRequests", "at least 1", {"engine": {"maxRunningRequests": 0}},
+     {"engine": {"maxRunningRequests": 8}}),
+    ("spec.engine.contextLength", "at least 1", {"engine": {"contextLength": 0}}, {"engine": {"contextLength": 4096}}),
+    ("spec.engine.startupTimeoutSeconds", "at least 60", {"engine": {"startupTimeoutSeconds": 10}},
+     {"engine": {"startupTimeoutSeconds": 600}}),
+    ("spec.updateStrategy.maxSurge", "at least 0", {"updateStrategy": {"maxSurge": -1, "maxUnavailable": 1}},
+     {"updateStrategy": {"maxSurge": 2}}),
+    ("spec.updateStrategy.maxUnavailable", "at least 0", {"updateStrategy": {"maxUnavailable": -1}},
+     {"updateStrategy": {"maxUnavailable": 1}}),
+    ("spec.updateStrategy.drainTimeoutSeconds", "at least 0", {"updateStrategy": {"drainTimeoutSeconds": -5}},
+     {"updateStrategy": {"drainTimeoutSeconds": 0}}),
+    ("spec.autoscaling.minReplicas", "at least 0", {"autoscaling": {"minReplicas": -1}},
+     {"autoscaling": {"minReplicas": 0}}),
+    ("spec.autoscaling.maxReplicas", "at least 1", {"autoscaling": {"minReplicas": 0, "maxReplicas": 0}},
+     {"autoscaling": {"maxReplicas": 3}}),
+    ("spec.autoscaling.warmReplicas", "at least 0", {"autoscaling": {"warmReplicas": -1}},
+     {"autoscaling": {"warmReplicas": 1}}),
+    ("spec.autoscaling.intervalSeconds", "at least 1", {"autoscaling": {"intervalSeconds": 0}},
+     {"autoscaling": {"intervalSeconds": 5}}),
+    ("spec.autoscaling.maxGPUs", "at least 1", {"autoscaling": {"minReplicas": 0, "maxGPUs": 0}},
+     {"autoscaling": {"maxGPUs": 8}}),
+    ("spec.autoscaling.targets.concurrencyPerReplica", "at least 1",
+     {"autoscaling": {"targets": {"concurrencyPerReplica": 0}}},
+     {"autoscaling": {"targets": {"concurrencyPerReplica": 16}}}),
+    ("spec.engine.port", "TCP port", {"engine": {"port": 70000}}, {"engine": {"port": 8000}}),
+    ("spec.router.port", "TCP port", {"router": {"port": 0}}, {"router": {"port": 8080}}),
+    ("spec.router.metricsPort", "TCP port", {"router": {"metricsPort": 65536}}, {"router": {"metricsPort": 9100}}),
+    ("spec.router.metricsPort", "must differ", {"router": {"port": 9000, "metricsPort": 9000}},
+     {"router": {"port": 9000, "metricsPort": 9001}}),
+    ("spec.parallelism.attentionDP", "divisible by attentionDP", {"parallelism": {"tp": 6, "attentionDP": 4}},
+     {"parallelism": {"tp": 8, "attentionDP": 4}}),
+    ("spec.parallelism.attentionDP", "cannot be combined", {"parallelism": {"tp": 4, "dp": 2, "attentionDP": 2}},
+     {"parallelism": {"tp": 4, "dp": 1, "attentionDP": 2}}),
+    ("spec.parallelism.dp", "cannot span nodes", {"parallelism": {"tp": 4, "dp": 2, "nnodes": 2}},
+     {"parallelism": {"tp": 4, "dp": 1, "nnodes": 2}}),
+    ("spec.parallelism.nnodes", "divisible by nnodes", {"parallelism": {"tp": 6, "nnodes": 4}},
+     {"parallelism": {"tp": 8, "nnodes": 4}}),
+    ("spec.resources.gpusPerNode", "exceed gpusPerNode", {"parallelism": {"tp": 16}},
+     {"parallelism": {"tp": 16, "nnodes": 2}}),
+    ("spec.parallelism.dpLmHead", "requires attentionDP", {"parallelism": {"dpLmHead": True}},
+     {"parallelism": {"tp": 2, "attentionDP": 2, "dpLmHead": True}}),
+    ("spec.parallelism.ep", "must divide tp", {"parallelism": {"tp": 4, "ep": 3}}, {"parallelism": {"tp": 4, "ep": 2}}),
+    ("spec.parallelism.ep", "require ep == tp", {"parallelism": {"tp": 8, "ep": 4, "moeA2ABackend": "deepep"}},
+     {"parallelism": {"tp": 8, "ep": 8, "moeA2ABackend": "deepep"}}),
+    ("spec.model.servedName", "must not contain ':'", {"model": {"path": "m", "servedName": "llama:lora"}},
+     {"model": {"path": "m", "servedName": "llama-lora"}}),
+    ("spec.model.cache.claimName", "persistentVolumeClaim",
+     {"model": {"path": "m", "cache": {"type": "persistentVolumeClaim"}}},
+     {"model": {"path": "m", "cache": {"type": "persistentVolumeClaim", "claimName": "weights"}}}),
+    ("spec.model.cache.hostPath", "hostPath", {"model": {"path": "m", "cache": {"type": "hostPath"}}},
+     {"model": {"path": "m", "cache": {"type": "hostPath", "hostPath": "/models"}}}),
+    ("spec.engine.memFractionStatic", "between 0 and 1", {"engine": {"memFractionStatic": 1.5}},
+     {"engine": {"memFractionStatic": 0.8}}),
+    ("spec.updateStrategy", "cannot both be 0", {"updateStrategy": {"maxSurge": 0, "maxUnavailable": 0}},
+     {"updateStrategy": {"maxSurge": 0, "maxUnavailable": 1}}),
+    ("spec.autoscaling.minReplicas", "must not exceed maxReplicas",
+     {"autoscaling": {"minReplicas": 5, "maxReplicas": 2}},
+     {"autoscaling": {"minReplicas": 2, "maxReplicas": 2}}),
+    ("spec.autoscaling.maxGPUs", "cannot hold minReplicas",
+     {"parallelism": {"tp": 4}, "autoscaling": {"minReplicas": 2, "maxGPUs": 4}},
+     {"parallelism": {"tp": 4}, "autoscaling": {"minReplicas": 2, "maxGPUs": 8}}),
+    ("spec.autoscaling.targets.headroom", "between 0 and 10", {"autoscaling": {"targets": {"headroom": -0.1}}},
+     {"autoscaling": {"targets": {"headroom": 0.5}}}),
+    ("spec.autoscaling.tolerance", "between 0 and 1", {"autoscaling": {"tolerance": 1.0}},
+     {"autoscaling": {"tolerance": 0.05}}),
+    ("spec.autoscaling.targets.gpuUtilization", "percentage", {"autoscaling": {"targets": {"gpuUtilization": 0}}},
+     {"autoscaling": {"targets": {"gpuUtilization": 80}}}),
+    ("spec.router.stickySessions.headers", "at least one header",
+     {"router": {"stickySessions": {"enabled": True, "headers": []}}},
+     {"router": {"stickySessions": {"enabled": True, "headers": ["x-user"]}}}),
+]  # fmt: skip
+
+
+def with_model(patch: dict[str, Any]) -> dict[str, Any]:
+    return {"model": {"path": "org/model"}, **patch}
+
+
+def matching_rule(field: str, fragment: str) -> Rule:
+    matches = [rule for rule in RULES if rule.field == field and fragment in rule.message]
+    assert len(matches) == 1, f"{field!r}/{fragment!r} matches {len(matches)} rules"
+    return matches[0]
+
+
+@pytest.mark.parametrize(("field", "fragment", "failing", "passing"), CASES, ids=[f"{c[0]}:{c[1]}" for c in CASES])
+def test_rule(field: str, fragment: str, failing: dict[str, Any], passing: dict[str, Any]) -> None:
+    rule = matching_rule(field, fragment)
+    spec, errors = parse_spec(with_model(failing))
+    assert spec is None
+    assert [(e.field, e.message) for e in errors] == [(rule.field, rule.message)]
+    spec, errors = parse_spec(with_model(passing))
+    assert errors == []
+    assert spec is not None
+
+
+def test_every_rule_has_a_case() -> None:
+    covered = {matching_rule(field, fragment) for field, fragment, _, _ in CASES}
+    assert covered == set(RULES)
+
+
+def test_smallest_spec_is_valid_with_defaults() -> None:
+    spec, errors = parse_spec({"model": {"path": "org/model"}})
+    assert errors == [] and spec is not None
+    assert (spec.replicas, spec.parallelism.tp, spec.router.enabled) == (1, 1, True)
+
+
+def test_missing_model_path_names_the_field() -> None:
+    _, errors = parse_spec({"model": {}})
+    assert [(e.field, e.message) for e in errors] == [("spec.model.path", "is required.")]
+
+
+def test_enum_error_names_the_field() -> None:
+    _, errors = parse_spec(with_model({"router": {"policy": "shortest_queue"}}))
+    assert [e.field for e in errors] == ["spec.router.policy"]
+    assert "cache_aware" in errors[0].message
+
+
+def test_unknown_fields_are_ignored() -> None:
+    spec, errors = parse_spec(with_model({"futureField": {"x": 1}, "engine": {"newKnob": True}}))
+    assert errors == [] and spec is not None
+
+
+def test_rules_and_parse_agree_on_examples() -> None:
+    import yaml
+
+    from .conftest import EXAMPLES
+
+    for path in EXAMPLES:
+        spec, errors = parse_spec(yaml.safe_load(path.read_text())["spec"])
+        assert errors == [], path.name
+        assert spec is not None and check_rules(spec) == []
