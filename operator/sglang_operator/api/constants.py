@@ -34,6 +34,10 @@ MANAGED_BY: Final = "sglang-operator"
 # Annotations the operator writes on worker pods to keep drain state in the cluster, not in memory.
 ANNOTATION_DRAINING: Final = f"{GROUP}/draining-since"
 ANNOTATION_WARM: Final = f"{GROUP}/warm"
+# Pods of one replica record how many nodes the replica spans, so a missing rank is noticed for old revisions too.
+ANNOTATION_REPLICA_NODES: Final = f"{GROUP}/replica-nodes"
+# Children other than pods carry the hash of their rendered form; a differing hash is the only reason to patch.
+ANNOTATION_SPEC_HASH: Final = f"{GROUP}/spec-hash"
 # Annotations read by the local Prometheus' kubernetes_sd relabelling (and many real clusters).
 ANNOTATION_SCRAPE: Final = "prometheus.io/scrape"
 ANNOTATION_SCRAPE_PORT: Final = "prometheus.io/port"

@@ -145,34 +145,62 @@ class RouterSpec(SpecModel):
 
 
 class AutoscalingTargets(SpecModel):
+    """What one replica should carry; the capacity rule ceil(Q x T x (1 + headroom) / C) turns them into replicas."""
+
     concurrency_per_replica: int | None = Field(
-        default=None, description="Requests one replica serves at once (C); default maxRunningRequests x DP."
+        default=None,
+        description="Requests one replica serves at once (C); default maxRunningRequests x DP ranks.",
     )
-    headroom: float = Field(default=0.3, description="Extra capacity fraction above the capacity rule.")
-    queue_per_replica: float = Field(default=2.0, description="Queued requests per replica tolerated.")
-    gpu_utilization: int | None = Field(default=None, description="Target GPU utilisation percent.")
+    headroom: float = Field(
+        default=0.3, description="Extra capacity above the stable (rateSeconds) request rate x slot time / C."
+    )
+    burst_headroom: float = Field(
+        default=0.0,
+        description="Extra capacity above the peak burstSeconds rate of the last peakLookbackSeconds.",
+    )
+    queue_per_replica: float = Field(
+        default=2.0, description="Queued requests per ready replica tolerated before the queue adds replicas."
+    )
+    gpu_utilization: int | None = Field(
+        default=None, description="Target GPU utilisation percent; can only raise the count."
+    )
 
 
 class AutoscalingWindows(SpecModel):
-    rate_seconds: int = Field(default=60, description="Window of the stable request rate.")
-    burst_seconds: int = Field(default=10, description="Short window used to catch bursts.")
-    peak_lookback_seconds: int = Field(default=120, description="How far back the peak short-window rate counts.")
-    scale_up_stabilization_seconds: int = 0
-    scale_down_stabilization_seconds: int = 300
+    """Time windows. Rate windows need at least two scrapes: keep them >= 2 x the scrape interval."""
+
+    rate_seconds: int = Field(default=60, description="Window of the stable request rate and the mean slot time.")
+    burst_seconds: int = Field(default=30, description="Short rate window that catches bursts (>= 2 scrape intervals).")
+    peak_lookback_seconds: int = Field(default=120, description="How far back the peak burstSeconds rate counts.")
+    scale_up_stabilization_seconds: int = Field(
+        default=0, description="Scale up only to the lowest recommendation of this window (0: at once)."
+    )
+    scale_down_stabilization_seconds: int = Field(
+        default=300, description="Scale down only to the highest recommendation of this window."
+    )
     metrics_max_age_seconds: int = Field(default=60, description="Older samples count as missing (hold).")
 
 
 class AutoscalingSpec(SpecModel):
+    """The operator's own autoscaler; when enabled it owns the replica count and writes only status."""
+
     enabled: bool = False
-    min_replicas: int = 1
+    min_replicas: int = Field(default=1, description="0 allows scale to zero; the router's request rate wakes it.")
     max_replicas: int = 10
     max_gpus: int | None = Field(default=None, alias="maxGPUs", description="GPU budget for the whole fleet.")
-    warm_replicas: int = Field(default=0, description="Loaded but unregistered replicas, promoted on scale-up.")
+    warm_replicas: int = Field(
+        default=0, description="Started, ready but unregistered replicas, promoted at once on scale-up."
+    )
     prometheus_url: str | None = Field(default=None, alias="prometheusURL")
-    interval_seconds: int = 15
-    tolerance: float = 0.1
-    panic_threshold: float = Field(default=2.0, description="Burst/stable demand ratio that enters panic mode.")
-    max_scale_up_step: int = Field(default=4, description="Replicas added per interval outside panic (or 100%).")
+    interval_seconds: int = Field(default=15, description="How often the autoscaler reads metrics and decides.")
+    tolerance: float = Field(default=0.1, description="No change while demand is within this fraction of the count.")
+    panic_threshold: float = Field(
+        default=2.0,
+        description="Burst demand / ready capacity at which panic mode lifts the scale-up step limit.",
+    )
+    max_scale_up_step: int = Field(
+        default=4, description="Replicas added per interval outside panic (or +100 %, whichever is more)."
+    )
     startup_seconds: int = Field(default=120, description="Expected time for a new replica to become ready.")
     targets: AutoscalingTargets = Field(default_factory=AutoscalingTargets)
     windows: AutoscalingWindows = Field(default_factory=AutoscalingWindows)

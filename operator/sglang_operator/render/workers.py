@@ -12,6 +12,7 @@ from typing import Any
 
 from .. import names
 from ..api.constants import (
+    ANNOTATION_REPLICA_NODES,
     COMPONENT_WORKER,
     DIST_INIT_PORT,
     LABEL_COMPONENT,
@@ -126,7 +127,11 @@ def worker_pod(spec: SGLangDeploymentSpec, owner: Owner, revision: str, replica:
     pod_name = names.worker_pod(owner.name, revision, replica, rank)
     dist_host = names.dist_init_host(owner.name, owner.namespace, revision, replica) if multi_node else None
     labels = {**spec.template.metadata.labels, **worker_labels(owner, revision, replica, rank)}
-    annotations = {**scrape_annotations(spec.engine.port), **spec.template.metadata.annotations}
+    annotations = {
+        **scrape_annotations(spec.engine.port),
+        ANNOTATION_REPLICA_NODES: str(spec.parallelism.nnodes),
+        **spec.template.metadata.annotations,
+    }
     container = {
         "name": CONTAINER_NAME,
         "image": spec.engine.image,

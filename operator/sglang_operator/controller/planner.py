@@ -1,0 +1,140 @@
+"""Decide what to do with the replicas of one deployment. Pure: observed replicas in, a plan out.
+
+The life of a replica: created (warm or active) -> ready -> registered on the routers -> draining (deregistered,
+finishing in-flight requests) -> deleted. Every step is visible in the cluster (labels and annotations on its pods),
+so a restarted operator continues where the last one stopped.
+
+Rollouts work like a Deployment's: new-revision replicas are surged up to `maxSurge` above the desired count, and an
+old replica is drained only while the ready, registered replicas stay at or above `replicas - maxUnavailable`.
+"""
+
+from collections.abc import Iterable, Iterator, Mapping
+from dataclasses import dataclass, field
+
+from ..api.spec import UpdateStrategy
+from .observed import ReplicaView
+
+
+@dataclass(frozen=True)
+class Targets:
+    active: int
+    warm: int
+    revision: str
+    strategy: UpdateStrategy
+
+
+@dataclass(frozen=True)
+class Event:
+    reason: str
+    message: str
+    warning: bool = False
+
+
+@dataclass
+class Plan:
+    create_active: list[int] = field(default_factory=list)
+    create_warm: list[int] = field(default_factory=list)
+    promote: list[int] = field(default_factory=list)
+    drain: list[int] = field(default_factory=list)
+    delete: list[int] = field(default_factory=list)
+    events: list[Event] = field(default_factory=list)
+
+    @property
+    def empty(self) -> bool:
+        return not (self.create_active or self.create_warm or self.promote or self.drain or self.delete)
+
+
+def _free_indices(used: Iterable[int]) -> Iterator[int]:
+    taken, candidate = set(used), 0
+    while True:
+        if candidate not in taken:
+            yield candidate
+        candidate += 1
+
+
+def _removal_order(replicas: list[ReplicaView], loads: Mapping[int, int]) -> list[ReplicaView]:
+    """Not-ready replicas first, then the least loaded, then the newest index."""
+    return sorted(replicas, key=lambda r: (r.ready, loads.get(r.index, 0), -r.index))
+
+
+def plan_replicas(
+    replicas: list[ReplicaView],
+    targets: Targets,
+    loads: Mapping[int, int],
+    deregistered: set[int],
+    now: float,
+) -> Plan:
+    """`loads`: in-flight requests per replica (when known); `deregistered`: replicas absent from every router."""
+    plan = Plan()
+    indices = _free_indices(r.index for r in replicas)
+    live: list[ReplicaView] = []
+    for replica in replicas:
+        if replica.deleting:
+            continue
+        if replica.failed:
+            plan.delete.append(replica.index)
+            kind = "GangRestart" if replica.size > 1 else "ReplicaReplaced"
+            plan.events.append(Event(kind, f"replica {replica.index} failed; recreating it", warning=True))
+        else:
+            live.append(replica)
+
+    for replica in live:
+        since = replica.draining_since
+        if since is None:
+            continue
+        drained = replica.index in deregistered and loads.get(replica.index, 0) == 0
+        if drained or now - since >= targets.strategy.drain_timeout_seconds:
+            plan.delete.append(replica.index)
+            how = "drained" if drained else f"drain timed out after {targets.strategy.drain_timeout_seconds}s"
+            plan.events.append(Event("Drained", f"replica {replica.index} {how}; deleting it"))
+
+    serving = [r for r in live if r.draining_since is None]
+    current = [r for r in serving if r.revision == targets.revision]
+    old = [r for r in serving if r.revision != targets.revision]
+    active = [r for r in current if not r.warm]
+    warm = [r for r in current if r.warm]
+
+    # Old warm replicas carry no traffic: replace them outright.
+    for replica in old:
+        if replica.warm:
+            plan.delete.append(replica.index)
+    old = [r for r in old if not r.warm]
+
+    short = targets.active - len(active)
+    for replica in sorted(warm, key=lambda r: (not r.ready, r.index))[: max(short, 0)]:
+        plan.promote.append(replica.index)
+        plan.events.append(Event("Promoted", f"warm replica {replica.index} promoted to serve traffic"))
+        warm.remove(replica)
+        active.append(replica)
+    short = targets.active - len(active)
+
+    if old:
+        surge_room = targets.active + targets.strategy.max_surge - len(active) - len(old)
+        creatable = max(0, min(short, surge_room))
+        min_ready = targets.active - targets.strategy.max_unavailable
+        ready_count = sum(r.ready for r in active) + sum(r.ready for r in old)
+        for replica in _removal_order(old, loads):
+            if not replica.ready:
+                plan.drain.append(replica.index)  # serves nothing, so removing it costs no availability
+            elif ready_count - 1 >= min_ready:
+                plan.drain.append(replica.index)
+                ready_count -= 1
+        if plan.drain:
+            plan.events.append(Event("RollingOut", f"draining old-revision replicas {sorted(plan.drain)}"))
+    else:
+        creatable = max(short, 0)
+        for replica in _removal_order(active, loads)[: max(-short, 0)]:
+            plan.drain.append(replica.index)
+        if short < 0:
+            plan.events.append(
+                Event("ScalingDown", f"draining replicas {sorted(plan.drain)} (scale to {targets.active})")
+            )
+
+    plan.create_active = [next(indices) for _ in range(creatable)]
+    if creatable:
+        plan.events.append(Event("ScalingUp", f"creating replicas {plan.create_active} at revision {targets.revision}"))
+    missing_warm = targets.warm - len(warm)
+    plan.create_warm = [next(indices) for _ in range(max(missing_warm, 0))]
+    for replica in _removal_order(warm, loads)[: max(-missing_warm, 0)]:
+        plan.delete.append(replica.index)
+    return plan

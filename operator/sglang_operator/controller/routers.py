@@ -1,0 +1,82 @@
+"""Router membership I/O: read every ready router pod's worker list, then add and remove workers to match.
+
+Each router pod keeps its own list, so each is read and corrected on its own; a restarted router pod comes back
+empty and is refilled on the next pass.
+"""
+
+from dataclasses import dataclass, field
+from typing import Any
+
+from ..router.client import RouterClient, RouterError, RouterWorker
+from ..router.membership import plan_membership
+from .status import RouterObservation
+
+
+@dataclass
+class RouterState:
+    """What each reachable router pod listed at the start of the pass."""
+
+    lists: dict[str, list[RouterWorker]] = field(default_factory=dict)  # base URL -> workers
+    errors: list[str] = field(default_factory=list)
+    api_key: str | None = None
+
+    def registered_urls(self) -> set[str]:
+        return {worker.url for workers in self.lists.values() for worker in workers}
+
+
+def _ready_router_urls(router_pods: list[dict[str, Any]]) -> list[str]:
+    urls = []
+    for pod in router_pods:
+        status, meta = pod.get("status") or {}, pod["metadata"]
+        conditions = {c["type"]: c["status"] for c in status.get("conditions") or []}
+        if meta.get("deletionTimestamp") or conditions.get("Ready") != "True" or not status.get("podIP"):
+            continue
+        container = pod["spec"]["containers"][0]
+        port = next((p["containerPort"] for p in container.get("ports") or [] if p.get("name") == "http"), 30000)
+        urls.append(f"http://{status['podIP']}:{port}")
+    return sorted(urls)
+
+
+def observe_routers(router_pods: list[dict[str, Any]], api_key: str | None) -> RouterState:
+    state = RouterState(api_key=api_key)
+    for base_url in _ready_router_urls(router_pods):
+        router = RouterClient(base_url, api_key)
+        try:
+            state.lists[base_url] = router.list_workers()
+        except RouterError as exc:
+            state.errors.append(str(exc))
+        finally:
+            router.close()
+    return state
+
+
+def sync_routers(state: RouterState, desired_urls: list[str]) -> tuple[RouterObservation, list[str]]:
+    """Make every observed router list equal `desired_urls`. Returns the observation and the failures."""
+    failures = list(state.errors)
+    synced = not state.errors
+    registered_counts = []
+    desired = set(desired_urls)
+    for base_url, workers in state.lists.items():
+        plan = plan_membership(desired, workers)
+        registered_counts.append(len({w.url for w in workers} & desired))
+        if plan.empty:
+            continue
+        synced = False
+        router = RouterClient(base_url, state.api_key)
+        try:
+            for worker in plan.remove:
+                router.remove_worker(worker.id)
+            for url in plan.add:
+                router.add_worker(url)
+        except RouterError as exc:
+            failures.append(str(exc))
+        finally:
+            router.close()
+    observation = RouterObservation(
+        enabled=True,
+        ready_pods=len(state.lists),
+        registered=min(registered_counts) if registered_counts else 0,
+        synced=synced and bool(state.lists),
+        error="; ".join(failures) if failures else None,
+    )
+    return observation, failures

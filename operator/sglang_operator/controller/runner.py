@@ -1,0 +1,23 @@
+"""`sglang-operator run`: start kopf with this package's handlers."""
+
+import asyncio
+import logging
+import os
+
+import kopf
+
+
+def run_operator(namespaces: list[str], prometheus_url: str | None, verbose: bool) -> int:
+    logging.basicConfig(level=logging.DEBUG if verbose else logging.INFO, format="%(asctime)s %(name)s %(message)s")
+    if prometheus_url:
+        os.environ["SGLANG_OPERATOR_PROMETHEUS_URL"] = prometheus_url
+    from . import handlers  # noqa: F401  (registers the handlers)
+
+    asyncio.run(
+        kopf.operator(
+            clusterwide=not namespaces,
+            namespaces=namespaces,
+            standalone=True,
+        )
+    )
+    return 0

@@ -1,0 +1,126 @@
+"""Status as a pure function of what one reconcile pass observed and did.
+
+Conditions use the standard shape; a condition keeps its lastTransitionTime unless its status flips, so a pass
+that changes nothing produces an identical status (and the writer then skips the patch).
+"""
+
+from collections.abc import Mapping
+from dataclasses import dataclass
+from typing import Any
+
+from .. import names
+from ..api.constants import COMPONENT_WORKER, LABEL_COMPONENT, LABEL_DEPLOYMENT
+from ..api.spec import SGLangDeploymentSpec
+from ..topology import topology
+from .observed import ReplicaView
+
+CONDITION_TYPES = ("Ready", "Progressing", "Degraded", "RouterSynced", "MetricsAvailable")
+
+
+@dataclass(frozen=True)
+class RouterObservation:
+    """What the routers held: `registered` is the smallest count of desired workers on any router pod."""
+
+    enabled: bool
+    ready_pods: int
+    registered: int
+    synced: bool
+    error: str | None = None
+
+
+def condition(type_: str, ok: bool, reason: str, message: str, generation: int, now: str) -> dict[str, Any]:
+    return {
+        "type": type_,
+        "status": "True" if ok else "False",
+        "reason": reason,
+        "message": message,
+        "observedGeneration": generation,
+        "lastTransitionTime": now,
+    }
+
+
+def merge_conditions(previous: list[dict[str, Any]], updates: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """Replace conditions by type, keeping the old transition time when the status did not change."""
+    by_type = {c["type"]: c for c in previous}
+    for new in updates:
+        old = by_type.get(new["type"])
+        if old is not None and old.get("status") == new["status"]:
+            new = {**new, "lastTransitionTime": old.get("lastTransitionTime", new["lastTransitionTime"])}
+        by_type[new["type"]] = new
+    return [by_type[t] for t in CONDITION_TYPES if t in by_type] + [
+        c for t, c in by_type.items() if t not in CONDITION_TYPES
+    ]
+
+
+def worker_selector(name: str) -> str:
+    return f"{LABEL_DEPLOYMENT}={name},{LABEL_COMPONENT}={COMPONENT_WORKER}"
+
+
+def compute_status(
+    *,
+    name: str,
+    namespace: str,
+    generation: int,
+    spec: SGLangDeploymentSpec,
+    desired: int,
+    revision: str,
+    replicas: list[ReplicaView],
+    router: RouterObservation,
+    failed_replicas: int,
+    previous: Mapping[str, Any],
+    now: str,
+) -> dict[str, Any]:
+    serving = [r for r in replicas if r.draining_since is None and not r.warm and not r.deleting and not r.failed]
+    ready = [r for r in serving if r.ready]
+    updated = [r for r in serving if r.revision == revision]
+    draining = [r for r in replicas if r.draining_since is not None and not r.deleting]
+    old = [r for r in serving if r.revision != revision]
+    shape = topology(spec)
+    gpu_replicas = len([r for r in replicas if not r.deleting])
+
+    all_ready = len(ready) >= desired and len(serving) == desired and not old
+    router_ok = not router.enabled or (router.ready_pods > 0 and router.synced)
+    if old:
+        progress = ("RollingOut", f"{len(updated)}/{desired} replicas at revision {revision}")
+    elif draining:
+        progress = ("Draining", f"{len(draining)} replicas draining")
+    elif len(serving) != desired or len(ready) < desired:
+        progress = ("Scaling", f"{len(ready)}/{desired} replicas ready")
+    else:
+        progress = ("Stable", f"{desired} replicas at revision {revision}")
+    if router.error:
+        degraded = ("RouterUnreachable", router.error)
+    elif failed_replicas:
+        degraded = ("ReplicaFailed", f"{failed_replicas} replicas failed and are being recreated")
+    else:
+        degraded = ("AsExpected", "no failures observed")
+
+    conditions = [
+        condition("Ready", all_ready and router_ok, "AllReplicasReady" if all_ready and router_ok else "NotReady",
+                  f"{len(ready)}/{desired} replicas ready" + ("" if router_ok else "; router not synced"),
+                  generation, now),
+        condition("Progressing", progress[0] != "Stable", progress[0], progress[1], generation, now),
+        condition("Degraded", degraded[0] != "AsExpected", degraded[0], degraded[1], generation, now),
+        condition("RouterSynced", router_ok, "Synced" if router_ok else "OutOfSync",
+                  "router disabled" if not router.enabled else
+                  f"{router.registered} workers registered on {router.ready_pods} router pods", generation, now),
+    ]  # fmt: skip
+    status: dict[str, Any] = {
+        "observedGeneration": generation,
+        "replicas": len(serving),
+        "readyReplicas": len(ready),
+        "updatedReplicas": len(updated),
+        "ready": f"{len(ready)}/{desired}",
+        "registeredWorkers": router.registered,
+        "gpusPerReplica": shape.gpus_per_replica,
+        "totalGPUs": shape.gpus_per_replica * gpu_replicas,
+        "selector": worker_selector(name),
+        "endpoint": names.router_endpoint(name, namespace, spec.router.port) if spec.router.enabled else "",
+        "revision": revision,
+        "conditions": merge_conditions(list(previous.get("conditions") or []), conditions),
+    }
+    return status
+
+
+def status_changed(previous: Mapping[str, Any], new: Mapping[str, Any]) -> bool:
+    return any(previous.get(key) != value for key, value in new.items())
