@@ -1,0 +1,385 @@
+"""The aiohttp application: SGLang's HTTP surface on rank 0, the dummy health server on ranks >= 1.
+
+Handlers only translate HTTP to the runtime and to the pure body builders (`protocol`, `views`, `metrics`).
+Errors look like the FastAPI server's: unknown paths 404 {"detail": "Not Found"}, a missing or wrong API key
+401 {"error": "Unauthorized"} (health, readiness and metrics stay open, as in SGLang's auth middleware).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import json
+import time
+import uuid
+from collections.abc import Awaitable, Callable
+from dataclasses import dataclass, field
+from datetime import UTC, datetime
+from typing import Any
+
+from aiohttp import web
+
+from . import protocol, views
+from .args import ServerArgs
+from .engine import Job
+from .knobs import SimKnobs
+from .metrics import CONTENT_TYPE, PodIdentity, SimMetrics, dcgm_family, render
+from .protocol import BadRequest, GenInput
+from .runtime import Runtime
+from .tokens import output_text, output_token_ids
+
+Handler = Callable[[web.Request], Awaitable[web.StreamResponse]]
+OPEN_PREFIXES = ("/health", "/ready", "/metrics")
+
+
+@dataclass
+class Lifecycle:
+    status: str = "Starting"  # Starting -> Up -> Exiting
+    startup_time: float = 0.0
+
+
+@dataclass
+class SimContext:
+    args: ServerArgs
+    knobs: SimKnobs
+    cap: views.Capacity
+    identity: PodIdentity
+    launch_command: str
+    runtime: Runtime | None  # None on ranks >= 1
+    metrics: SimMetrics | None
+    busy: Callable[[], list[float]]  # busy fraction per DP rank, for the GPU utilisation gauge
+    life: Lifecycle = field(default_factory=Lifecycle)
+    created: int = field(default_factory=lambda: int(time.time()))
+
+    @property
+    def up(self) -> bool:
+        return self.life.status == "Up"
+
+    def rt(self) -> Runtime:
+        assert self.runtime is not None, "rank >= 1 serves no inference routes"
+        return self.runtime
+
+
+CTX = web.AppKey("sim_ctx", SimContext)
+
+
+def dumps(obj: Any) -> str:
+    return json.dumps(obj, separators=(",", ":"), ensure_ascii=False)
+
+
+def jresp(body: Any, status: int = 200) -> web.Response:
+    return web.json_response(body, status=status, dumps=dumps)
+
+
+def _ctx(request: web.Request) -> SimContext:
+    return request.app[CTX]
+
+
+@web.middleware
+async def errors_mw(request: web.Request, handler: Handler) -> web.StreamResponse:
+    try:
+        return await handler(request)
+    except web.HTTPNotFound:
+        return jresp({"detail": "Not Found"}, 404)
+    except web.HTTPMethodNotAllowed:
+        return jresp({"detail": "Method Not Allowed"}, 405)
+
+
+@web.middleware
+async def auth_mw(request: web.Request, handler: Handler) -> web.StreamResponse:
+    args = _ctx(request).args
+    keys = {args.api_key} if args.api_key else set()
+    if request.path == "/flush_cache" and args.admin_api_key:
+        keys.add(args.admin_api_key)
+    if keys and not request.path.startswith(OPEN_PREFIXES):
+        auth = request.headers.get("Authorization", "")
+        if not auth.startswith("Bearer ") or auth[len("Bearer ") :] not in keys:
+            return jresp({"error": "Unauthorized"}, 401)
+    return await handler(request)
+
+
+async def _json(request: web.Request) -> dict[str, Any]:
+    try:
+        body = await request.json()
+    except (ValueError, UnicodeDecodeError) as e:
+        raise BadRequest(f"Invalid JSON body: {e}") from e
+    if not isinstance(body, dict):
+        raise BadRequest("The request body must be a JSON object")
+    return body
+
+
+# --- health ---------------------------------------------------------------------------------------------
+
+
+async def health(request: web.Request) -> web.Response:
+    """503 until Up; with health generation on (SGLang's default) a probe takes ~1 s (scaled), like the real one."""
+    ctx = _ctx(request)
+    if not ctx.up:
+        return web.Response(status=503)
+    if ctx.runtime is not None and ctx.knobs.health_generation:
+        await asyncio.sleep(ctx.knobs.scaled(1.0))
+        if not ctx.up:
+            return web.Response(status=503)
+    return web.Response(status=200)
+
+
+async def ready(request: web.Request) -> web.Response:
+    return web.Response(status=200 if _ctx(request).up else 503)
+
+
+async def metrics_route(request: web.Request) -> web.Response:
+    ctx = _ctx(request)
+    fams = []
+    busy: list[float]
+    if ctx.runtime is not None and ctx.metrics is not None:
+        loads = ctx.runtime.loads()
+        fams = ctx.metrics.families(loads)
+        busy = [r.busy_fraction for r in loads]
+    else:
+        busy = ctx.busy()
+    fams.append(dcgm_family(ctx.args, ctx.identity, busy))
+    return web.Response(body=render(fams).encode(), headers={"Content-Type": CONTENT_TYPE})
+
+
+# --- info -----------------------------------------------------------------------------------------------
+
+
+async def model_info(request: web.Request) -> web.Response:
+    a = _ctx(request).args
+    return jresp(protocol.model_info(a.model_path, a.tokenizer_path, a.served_model_name, a.disaggregation_mode))
+
+
+async def server_info(request: web.Request) -> web.Response:
+    ctx = _ctx(request)
+    body = views.server_info(
+        ctx.args, ctx.cap, ctx.rt().loads(), ctx.launch_command, ctx.life.startup_time, ctx.life.status
+    )
+    return jresp(body)
+
+
+async def list_models(request: web.Request) -> web.Response:
+    ctx = _ctx(request)
+    card = protocol.model_card(ctx.args.served_model_name, ctx.created, ctx.cap.context_length)
+    return jresp({"object": "list", "data": [card]})
+
+
+async def get_model(request: web.Request) -> web.Response:
+    ctx = _ctx(request)
+    model = request.match_info["model"]
+    if model != ctx.args.served_model_name:
+        return jresp(protocol.model_not_found(model), 404)
+    return jresp(protocol.model_card(model, ctx.created, ctx.cap.context_length))
+
+
+async def loads(request: web.Request) -> web.StreamResponse:
+    ctx = _ctx(request)
+    q = request.query
+    try:
+        include = views.parse_include(q.get("include"))
+        rank = int(q["dp_rank"]) if q.get("dp_rank") not in (None, "") else None
+    except ValueError as e:
+        return jresp({"detail": str(e)}, 400)
+    snapshot = [r for r in ctx.rt().loads() if rank is None or r.dp_rank == rank]
+    if rank is not None and not snapshot:
+        return jresp({"detail": f"dp_rank {rank} out of range"}, 400)
+    ts = time.time()
+    iso = datetime.fromtimestamp(ts, UTC).isoformat()
+    body = views.loads_body(ctx.args, ctx.cap, snapshot, include, ts, iso, ctx.identity.gpu_model)
+    if q.get("format") == "prometheus":
+        return web.Response(body=views.loads_prometheus(body["loads"]).encode(), headers={"Content-Type": CONTENT_TYPE})
+    return jresp(body)
+
+
+async def flush_cache(request: web.Request) -> web.Response:
+    ok = _ctx(request).rt().engine.flush_cache()
+    text = (
+        "Cache flushed.\nPlease check backend logs for more details. "
+        "(When there are running or waiting requests, the operation will not be performed.)\n"
+    )
+    return web.Response(text=text, status=200 if ok else 400)
+
+
+# --- generation -----------------------------------------------------------------------------------------
+
+
+def _not_ready() -> web.Response:
+    return jresp({"error": {"message": "The server is not ready yet (still starting)."}}, 503)
+
+
+def _job(inp: GenInput, dp_rank: int | None) -> Job:
+    return Job(uuid.uuid4().hex, inp.prompt, inp.max_new_tokens, dp_rank)
+
+
+async def _sse_open(request: web.Request) -> web.StreamResponse:
+    resp = web.StreamResponse(headers={"Content-Type": "text/event-stream", "Cache-Control": "no-cache"})
+    await resp.prepare(request)
+    return resp
+
+
+async def _sse(resp: web.StreamResponse, obj: Any) -> None:
+    await resp.write(f"data: {dumps(obj)}\n\n".encode())
+
+
+async def _sse_close(resp: web.StreamResponse) -> None:
+    await resp.write(b"data: [DONE]\n\n")
+    await resp.write_eof()
+
+
+async def generate(request: web.Request) -> web.StreamResponse:
+    ctx = _ctx(request)
+    try:
+        body = await _json(request)
+        inputs, batch = protocol.parse_generate(body, ctx.knobs.output_tokens)
+        for inp in inputs:
+            protocol.check_context(inp, ctx.cap.context_length)
+        if body.get("stream") and batch:
+            raise BadRequest("Streaming batch requests are not supported by the simulator")
+        rank = protocol.pinned_rank(body, ctx.args.num_dp_ranks)
+    except BadRequest as e:
+        return jresp({"error": {"message": str(e)}}, 400)
+    if not ctx.up:
+        return _not_ready()
+    given = body.get("rid")
+    rid = given if isinstance(given, str) else uuid.uuid4().hex
+    t0 = time.monotonic()
+    if body.get("stream"):
+        inp = inputs[0]
+        resp = await _sse_open(request)
+        ids = output_token_ids(inp.prompt.seed, inp.max_new_tokens)
+        with contextlib.suppress(ConnectionError):
+            async with contextlib.aclosing(ctx.rt().run(_job(inp, rank), streaming=True)) as gen:
+                async for p in gen:
+                    out = protocol.native_body(
+                        rid, inp, ids[: p.tokens], p.schedule.cached_tokens, p.done, time.monotonic() - t0
+                    )
+                    await _sse(resp, out)
+            await _sse_close(resp)
+        return resp
+    done = await asyncio.gather(*(ctx.rt().complete(_job(inp, rank)) for inp in inputs))
+    e2e = time.monotonic() - t0
+    bodies = [
+        protocol.native_body(
+            rid if not batch else uuid.uuid4().hex,
+            inp,
+            output_token_ids(inp.prompt.seed, p.tokens),
+            p.schedule.cached_tokens,
+            True,
+            e2e,
+        )
+        for inp, p in zip(inputs, done, strict=True)
+    ]
+    return jresp(bodies if batch else bodies[0])
+
+
+async def _openai_inputs(
+    request: web.Request, parse: Callable[[dict[str, Any]], list[GenInput]]
+) -> tuple[dict[str, Any], list[GenInput], int | None] | web.Response:
+    ctx = _ctx(request)
+    try:
+        body = await _json(request)
+        inputs = parse(body)
+        for inp in inputs:
+            protocol.check_context(inp, ctx.cap.context_length)
+        if body.get("stream") and len(inputs) > 1:
+            raise BadRequest("Streaming batch requests are not supported by the simulator")
+        rank = protocol.pinned_rank(body, ctx.args.num_dp_ranks)
+    except BadRequest as e:
+        return jresp(protocol.openai_error(str(e)), 400)
+    if not ctx.up:
+        return jresp(protocol.openai_error("The server is not ready yet.", 503, "ServiceUnavailableError"), 503)
+    return body, inputs, rank
+
+
+def _include_usage(body: dict[str, Any]) -> bool:
+    opts = body.get("stream_options")
+    return isinstance(opts, dict) and bool(opts.get("include_usage"))
+
+
+async def completions(request: web.Request) -> web.StreamResponse:
+    ctx = _ctx(request)
+    got = await _openai_inputs(request, protocol.parse_completion)
+    if isinstance(got, web.Response):
+        return got
+    body, inputs, rank = got
+    rid, created = uuid.uuid4().hex, int(time.time())
+    model = str(body.get("model") or ctx.args.served_model_name)
+    if not body.get("stream"):
+        done = await asyncio.gather(*(ctx.rt().complete(_job(inp, rank)) for inp in inputs))
+        results = [(inp, output_token_ids(inp.prompt.seed, p.tokens)) for inp, p in zip(inputs, done, strict=True)]
+        return jresp(protocol.completion_body(rid, model, created, results))
+    inp = inputs[0]
+    ids = output_token_ids(inp.prompt.seed, inp.max_new_tokens)
+    resp = await _sse_open(request)
+    with contextlib.suppress(ConnectionError):
+        sent = 0
+        async with contextlib.aclosing(ctx.rt().run(_job(inp, rank), streaming=True)) as gen:
+            async for p in gen:
+                text = output_text(ids[sent : p.tokens])
+                sent = p.tokens
+                await _sse(resp, protocol.completion_chunk(rid, model, created, text, inp if p.done else None))
+        if _include_usage(body):
+            chunk = protocol.usage_chunk(rid, model, created, "text_completion", inp.prompt.num_tokens, sent)
+            await _sse(resp, chunk)
+        await _sse_close(resp)
+    return resp
+
+
+async def chat_completions(request: web.Request) -> web.StreamResponse:
+    ctx = _ctx(request)
+    got = await _openai_inputs(request, lambda b: [protocol.parse_chat(b, ctx.knobs.output_tokens)])
+    if isinstance(got, web.Response):
+        return got
+    body, (inp,), rank = got
+    rid, created = uuid.uuid4().hex, int(time.time())
+    model = str(body.get("model") or ctx.args.served_model_name)
+    ids = output_token_ids(inp.prompt.seed, inp.max_new_tokens)
+    if not body.get("stream"):
+        p = await ctx.rt().complete(_job(inp, rank))
+        return jresp(protocol.chat_body(rid, model, created, inp, ids[: p.tokens]))
+    resp = await _sse_open(request)
+    with contextlib.suppress(ConnectionError):
+        await _sse(resp, protocol.chat_chunk(rid, model, created, {"role": "assistant", "content": ""}, None))
+        sent = 0
+        async with contextlib.aclosing(ctx.rt().run(_job(inp, rank), streaming=True)) as gen:
+            async for p in gen:
+                delta = {"content": output_text(ids[sent : p.tokens])}
+                sent = p.tokens
+                await _sse(resp, protocol.chat_chunk(rid, model, created, delta, inp if p.done else None))
+        if inp.max_new_tokens == 0:
+            await _sse(resp, protocol.chat_chunk(rid, model, created, {}, inp))
+        if _include_usage(body):
+            chunk = protocol.usage_chunk(rid, model, created, "chat.completion.chunk", inp.prompt.num_tokens, sent)
+            await _sse(resp, chunk)
+        await _sse_close(resp)
+    return resp
+
+
+def build_app(ctx: SimContext) -> web.Application:
+    """Rank 0 gets the whole API; ranks >= 1 only SGLang's dummy health server (plus /metrics if enabled)."""
+    if ctx.args.node_rank >= 1:
+        app = web.Application(middlewares=[errors_mw])
+    else:
+        app = web.Application(middlewares=[errors_mw, auth_mw], client_max_size=64 * 1024 * 1024)
+    app[CTX] = ctx
+    r = app.router
+    for path in ("/health", "/health_generate", "/ping"):
+        r.add_get(path, health if path != "/ping" else ready)
+    if ctx.args.enable_metrics:
+        r.add_get("/metrics", metrics_route)
+    if ctx.args.node_rank >= 1:
+        return app
+    r.add_get("/ready", ready)
+    for path in ("/model_info", "/get_model_info"):
+        r.add_get(path, model_info)
+    for path in ("/server_info", "/get_server_info"):
+        r.add_get(path, server_info)
+    r.add_get("/v1/models", list_models)
+    r.add_get("/v1/models/{model:.+}", get_model)
+    r.add_get("/v1/loads", loads)
+    r.add_route("GET", "/flush_cache", flush_cache)
+    r.add_post("/flush_cache", flush_cache)
+    r.add_post("/generate", generate)
+    r.add_put("/generate", generate)
+    r.add_post("/v1/completions", completions)
+    r.add_post("/v1/chat/completions", chat_completions)
+    return app
