@@ -133,3 +133,9 @@ def test_plan(qps: str, latency: str, concurrency: str, replicas: int, with_head
 def test_plan_rejects_bad_input(args: list[str]) -> None:
     result = run("plan", *args)
     assert result.returncode == 2 and result.stdout == "" and "Traceback" not in result.stderr
+
+
+def test_sim_takes_launch_server_flags() -> None:
+    result = run("sim", "--model-path", "m", "--tp-size", "6", "--nnodes", "4")
+    assert result.returncode == 1
+    assert "tp_size must be divisible by number of nodes" in result.stderr

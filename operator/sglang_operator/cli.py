@@ -127,12 +127,6 @@ def cmd_run(args: argparse.Namespace) -> int:
     return run_operator(namespaces=args.namespace or [], prometheus_url=args.prometheus_url, verbose=args.verbose)
 
 
-def cmd_sim(args: argparse.Namespace) -> int:
-    from .sim import main as sim_main
-
-    return sim_main(list(args.sim_args))
-
-
 class _Parser(argparse.ArgumentParser):
     def error(self, message: str) -> NoReturn:
         self.exit(2, f"{self.prog}: error: {message}\n")
@@ -166,13 +160,17 @@ def build_parser() -> argparse.ArgumentParser:
     run.add_argument("-v", "--verbose", action="store_true")
     run.set_defaults(func=cmd_run)
 
-    sim = sub.add_parser("sim", help="run the SGLang engine simulator with sglang.launch_server flags")
-    sim.add_argument("sim_args", nargs=argparse.REMAINDER)
-    sim.set_defaults(func=cmd_sim)
+    sub.add_parser("sim", help="run the SGLang engine simulator: sglang-operator sim <sglang.launch_server flags>")
     return parser
 
 
 def main(argv: list[str] | None = None) -> int:
+    argv = sys.argv[1:] if argv is None else argv
+    if argv[:1] == ["sim"] and argv[1:2] not in (["-h"], ["--help"]):
+        # sglang.launch_server flags start with "--", which argparse would take for ours: hand them over untouched.
+        from .sim import main as sim_main
+
+        return sim_main(argv[1:])
     args = build_parser().parse_args(argv)
     try:
         result = int(args.func(args))

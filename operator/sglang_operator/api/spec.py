@@ -169,14 +169,19 @@ class AutoscalingTargets(SpecModel):
 class AutoscalingWindows(SpecModel):
     """Time windows. Rate windows need at least two scrapes: keep them >= 2 x the scrape interval."""
 
-    rate_seconds: int = Field(default=60, description="Window of the stable request rate and the mean slot time.")
+    rate_seconds: int = Field(default=60, description="Window of the stable request rate.")
+    slot_time_seconds: int = Field(
+        default=600, description="Window of the mean slot time (long: a few long requests make short ones noisy)."
+    )
     burst_seconds: int = Field(default=30, description="Short rate window that catches bursts (>= 2 scrape intervals).")
     peak_lookback_seconds: int = Field(default=120, description="How far back the peak burstSeconds rate counts.")
     scale_up_stabilization_seconds: int = Field(
         default=0, description="Scale up only to the lowest recommendation of this window (0: at once)."
     )
     scale_down_stabilization_seconds: int = Field(
-        default=300, description="Scale down only to the highest recommendation of this window."
+        default=180,
+        description="Scale down only to the highest recommendation of this window (about the start-up delay plus "
+        "peakLookbackSeconds: holding an idle replica longer costs more than starting a new one).",
     )
     metrics_max_age_seconds: int = Field(default=60, description="Older samples count as missing (hold).")
 

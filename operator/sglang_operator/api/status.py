@@ -31,6 +31,7 @@ class AutoscalerDecisionRecord(SpecModel):
 
 class AutoscalerStatus(SpecModel):
     desired_replicas: int | None = None
+    warm_replicas: int | None = None
     last_scale_time: str | None = None
     reason: str | None = None
     mode: str | None = None

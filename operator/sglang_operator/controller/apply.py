@@ -92,9 +92,18 @@ class Writer:
                 self.custom.patch_namespaced_custom_object(group, version, namespace, plural, name, stamped)
         return True
 
-    def patch_status(self, namespace: str, name: str, status: dict[str, Any]) -> None:
+    def patch_status(self, namespace: str, name: str, status: dict[str, Any], resource_version: str) -> bool:
+        """Merge-patch status guarded by resourceVersion: the autoscaler writes status too, and neither writer
+        may overwrite conditions the other just set. False on a conflict (the next pass writes again)."""
         self._count("patch_status")
-        self.custom.patch_namespaced_custom_object_status(GROUP, VERSION, namespace, PLURAL, name, {"status": status})
+        patch = {"metadata": {"resourceVersion": resource_version}, "status": status}
+        try:
+            self.custom.patch_namespaced_custom_object_status(GROUP, VERSION, namespace, PLURAL, name, patch)
+        except ApiException as exc:
+            if exc.status == 409:
+                return False
+            raise
+        return True
 
     def event(self, owner: dict[str, Any], reason: str, message: str, warning: bool = False) -> None:
         """A core/v1 Event on the CR, so `kubectl describe sgld` shows scale, rollout and drain history."""

@@ -49,9 +49,13 @@ def desired_replicas(spec: SGLangDeploymentSpec, status: dict[str, Any]) -> tupl
     scaling = spec.autoscaling
     if not scaling.enabled:
         return spec.replicas, 0
-    decided = (status.get("autoscaler") or {}).get("desiredReplicas")
+    autoscaler = status.get("autoscaler") or {}
+    decided, warm = autoscaler.get("desiredReplicas"), autoscaler.get("warmReplicas")
     count = spec.replicas if decided is None else int(decided)
-    return max(scaling.min_replicas, min(scaling.max_replicas, count)), scaling.warm_replicas
+    return (
+        max(scaling.min_replicas, min(scaling.max_replicas, count)),
+        scaling.warm_replicas if warm is None else int(warm),
+    )
 
 
 def _selector(name: str, component: str) -> str:
@@ -115,7 +119,7 @@ class Reconciler:
             status = {"observedGeneration": generation, "conditions": merge_conditions(
                 list(previous.get("conditions") or []), [invalid])}  # fmt: skip
             if status_changed(previous, status):
-                self.writer.patch_status(namespace, name, status)
+                self.writer.patch_status(namespace, name, status, body["metadata"]["resourceVersion"])
                 self.writer.event(body, "InvalidSpec", message, warning=True)
             return PassResult(status=status, writes=self._delta(before))
 
@@ -162,7 +166,7 @@ class Reconciler:
         if qps is not None:
             status["qps"] = qps
         if status_changed(previous, status):
-            self.writer.patch_status(namespace, name, status)
+            self.writer.patch_status(namespace, name, status, body["metadata"]["resourceVersion"])
         return PassResult(plan=plan, status=status, writes=self._delta(before))
 
     def _apply_plan(

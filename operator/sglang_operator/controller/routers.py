@@ -4,6 +4,7 @@ Each router pod keeps its own list, so each is read and corrected on its own; a 
 empty and is refilled on the next pass.
 """
 
+import time
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -37,6 +38,19 @@ def _ready_router_urls(router_pods: list[dict[str, Any]]) -> list[str]:
     return sorted(urls)
 
 
+REMOVAL_CONFIRM_SECONDS = 3.0
+
+
+def _wait_removed(router: RouterClient, ids: set[str]) -> None:
+    """smg queues removals (202) and applies them within about a second. Waiting here means a replica is only
+    marked draining, and its in-flight count only trusted, once no router can still pick it."""
+    deadline = time.monotonic() + REMOVAL_CONFIRM_SECONDS
+    while time.monotonic() < deadline:
+        if not ids & {worker.id for worker in router.list_workers()}:
+            return
+        time.sleep(0.1)
+
+
 def observe_routers(router_pods: list[dict[str, Any]], api_key: str | None) -> RouterState:
     state = RouterState(api_key=api_key)
     for base_url in _ready_router_urls(router_pods):
@@ -66,6 +80,8 @@ def sync_routers(state: RouterState, desired_urls: list[str]) -> tuple[RouterObs
         try:
             for worker in plan.remove:
                 router.remove_worker(worker.id)
+            if plan.remove:
+                _wait_removed(router, {worker.id for worker in plan.remove})
             for url in plan.add:
                 router.add_worker(url)
         except RouterError as exc:
