@@ -3,7 +3,7 @@ PY      ?= .venv/bin/python
 VENV    := .venv
 export PATH := $(abspath $(VENV))/bin:$(PATH)
 
-.PHONY: install test unit e2e lint typecheck crds demo cluster-up cluster-down clean
+.PHONY: install test unit e2e lint typecheck crds manifests demo cluster-up cluster-down clean
 
 $(VENV)/.installed: pyproject.toml
 	python3 -m venv $(VENV)
@@ -30,9 +30,14 @@ unit: install
 e2e: install
 	$(PY) -m pytest e2e/tests
 
-## Regenerate the CRD (and the chart's copy) from the typed API.
+## Regenerate the CRD (and the chart's copy) from the typed API, then the install manifest that embeds it.
 crds: install
 	$(PY) -m sglang_operator.api.crdgen --write
+	$(PY) -m localcluster.helm --write-manifests
+
+## Regenerate manifests/install.yaml from the chart (helm is built from Go modules on first use).
+manifests: install
+	$(PY) -m localcluster.helm --write-manifests
 
 cluster-up: install
 	$(PY) -m localcluster up

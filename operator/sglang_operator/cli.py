@@ -124,7 +124,12 @@ def cmd_plan(args: argparse.Namespace) -> int:
 def cmd_run(args: argparse.Namespace) -> int:
     from .controller.runner import run_operator
 
-    return run_operator(namespaces=args.namespace or [], prometheus_url=args.prometheus_url, verbose=args.verbose)
+    return run_operator(
+        namespaces=args.namespace or [],
+        prometheus_url=args.prometheus_url,
+        verbose=args.verbose,
+        liveness=args.liveness,
+    )
 
 
 class _Parser(argparse.ArgumentParser):
@@ -157,6 +162,7 @@ def build_parser() -> argparse.ArgumentParser:
     run = sub.add_parser("run", help="run the operator (kopf) against the current kubeconfig or in-cluster")
     run.add_argument("--namespace", action="append", help="watch only these namespaces (default: all)")
     run.add_argument("--prometheus-url", default=None, help="default Prometheus for autoscaling")
+    run.add_argument("--liveness", metavar="URL", help="kopf health endpoint, e.g. http://0.0.0.0:8080/healthz")
     run.add_argument("-v", "--verbose", action="store_true")
     run.set_defaults(func=cmd_run)
 

@@ -1,0 +1,27 @@
+# The operator image: `sglang-operator run` (kopf) on python:3.11-slim, as a non-root user.
+#   docker build -t ghcr.io/sglang-operator/sglang-operator:0.1.0 .
+# The chart (charts/sglang-operator) runs it with `command: ["sglang-operator"]`, `args: ["run", ...]`, a
+# read-only root filesystem and an emptyDir on /tmp.
+
+FROM python:3.11-slim AS build
+ENV PIP_NO_CACHE_DIR=1 PIP_DISABLE_PIP_VERSION_CHECK=1
+RUN python -m venv /opt/sglang-operator
+WORKDIR /src
+# Only what the distribution is built from (pyproject maps `localcluster` to e2e/localcluster, so it must exist).
+COPY pyproject.toml README.md ./
+COPY operator/ operator/
+COPY e2e/localcluster/ e2e/localcluster/
+RUN /opt/sglang-operator/bin/pip install . \
+ && /opt/sglang-operator/bin/sglang-operator --help >/dev/null
+
+FROM python:3.11-slim
+LABEL org.opencontainers.image.title="sglang-operator" \
+      org.opencontainers.image.description="Kubernetes operator for fleets of SGLang servers behind the smg router" \
+      org.opencontainers.image.licenses="Apache-2.0"
+ENV PYTHONUNBUFFERED=1 PYTHONDONTWRITEBYTECODE=1 PATH=/opt/sglang-operator/bin:$PATH
+COPY --from=build /opt/sglang-operator /opt/sglang-operator
+# A fixed numeric uid/gid so `runAsNonRoot` can verify it without a passwd lookup.
+RUN groupadd --gid 65532 operator && useradd --uid 65532 --gid 65532 --no-create-home --shell /usr/sbin/nologin operator
+USER 65532:65532
+ENTRYPOINT ["sglang-operator"]
+CMD ["run"]

@@ -1,0 +1,86 @@
+{{/* The chart's name, overridable. */}}
+{{- define "sglang-operator.name" -}}
+{{- default .Chart.Name .Values.nameOverride | trunc 63 | trimSuffix "-" }}
+{{- end }}
+
+{{/* The release's full name; the release name alone when it already contains the chart's name. */}}
+{{- define "sglang-operator.fullname" -}}
+{{- if .Values.fullnameOverride }}
+{{- .Values.fullnameOverride | trunc 63 | trimSuffix "-" }}
+{{- else }}
+{{- $name := default .Chart.Name .Values.nameOverride }}
+{{- if contains $name .Release.Name }}
+{{- .Release.Name | trunc 63 | trimSuffix "-" }}
+{{- else }}
+{{- printf "%s-%s" .Release.Name $name | trunc 63 | trimSuffix "-" }}
+{{- end }}
+{{- end }}
+{{- end }}
+
+{{- define "sglang-operator.chart" -}}
+{{- printf "%s-%s" .Chart.Name .Chart.Version | replace "+" "_" | trunc 63 | trimSuffix "-" }}
+{{- end }}
+
+{{- define "sglang-operator.selectorLabels" -}}
+app.kubernetes.io/name: {{ include "sglang-operator.name" . }}
+app.kubernetes.io/instance: {{ .Release.Name }}
+{{- end }}
+
+{{- define "sglang-operator.labels" -}}
+helm.sh/chart: {{ include "sglang-operator.chart" . }}
+{{ include "sglang-operator.selectorLabels" . }}
+app.kubernetes.io/version: {{ .Chart.AppVersion | quote }}
+app.kubernetes.io/managed-by: {{ .Release.Service }}
+app.kubernetes.io/part-of: sglang-operator
+{{- end }}
+
+{{- define "sglang-operator.serviceAccountName" -}}
+{{- if .Values.serviceAccount.create }}
+{{- default (include "sglang-operator.fullname" .) .Values.serviceAccount.name }}
+{{- else }}
+{{- required "serviceAccount.name is required when serviceAccount.create is false" .Values.serviceAccount.name }}
+{{- end }}
+{{- end }}
+
+{{- define "sglang-operator.image" -}}
+{{- printf "%s:%s" .Values.image.repository (default .Chart.AppVersion .Values.image.tag | toString) }}
+{{- end }}
+
+{{/*
+Permissions on namespaced resources: exactly the API calls the operator (controller/*.py) and kopf make.
+  pods               kopf watches them cluster-wide (list, watch) to wake the reconcile loop; reconcile lists
+                     them; apply.py creates, annotates (patch) and deletes them. Never read one by name.
+  services           reconcile reads them by name (get); apply.py creates and patches them
+  deployments        the same, for the router Deployment
+  secrets            the router API key secret a CR names (get by name only: no list, so no bulk reads)
+  events             Kubernetes events on the CR, posted by the operator and by kopf
+  sglangdeployments  kopf lists and watches them and patches its finalizer and annotations; reconcile gets one
+  .../status         one status patch per reconcile pass
+  podmonitors        the optional prometheus-operator PodMonitor (get, create, patch like other children)
+*/}}
+{{- define "sglang-operator.namespacedRules" -}}
+- apiGroups: [""]
+  resources: ["pods"]
+  verbs: ["list", "watch", "create", "patch", "delete"]
+- apiGroups: [""]
+  resources: ["services"]
+  verbs: ["get", "create", "patch"]
+- apiGroups: ["apps"]
+  resources: ["deployments"]
+  verbs: ["get", "create", "patch"]
+- apiGroups: [""]
+  resources: ["secrets"]
+  verbs: ["get"]
+- apiGroups: [""]
+  resources: ["events"]
+  verbs: ["create"]
+- apiGroups: ["sglang.ai"]
+  resources: ["sglangdeployments"]
+  verbs: ["get", "list", "watch", "patch"]
+- apiGroups: ["sglang.ai"]
+  resources: ["sglangdeployments/status"]
+  verbs: ["patch"]
+- apiGroups: ["monitoring.coreos.com"]
+  resources: ["podmonitors"]
+  verbs: ["get", "create", "patch"]
+{{- end }}

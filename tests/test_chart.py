@@ -1,0 +1,203 @@
+"""The Helm chart: it lints, renders objects a 1.34 API server accepts, grants exactly the permissions the
+operator uses (no more, no wildcards), and `manifests/install.yaml` is its default rendering.
+
+`helm` is built from Go modules on first use (`localcluster.helm`, a few minutes cold, cached in e2e/.bin).
+"""
+
+from __future__ import annotations
+
+import importlib.metadata
+import subprocess
+from collections import defaultdict
+from pathlib import Path
+from typing import Any
+
+import kubernetes_validate
+import pytest
+import yaml
+from localcluster.helm import CHART_DIR, INSTALL_MANIFEST, ensure_helm, helm_template, install_manifest
+from sglang_operator.api.constants import CRD_NAME
+
+KUBE_VERSION = "1.34.0"
+CRD_FILE = "sglang.ai_sglangdeployments.yaml"
+REPO_ROOT = CHART_DIR.parent.parent
+
+# Every (apiGroup, resource) the operator calls and the verbs it uses: controller/apply.py and reconcile.py
+# (pods list/create/patch/delete, services and deployments get/create/patch, the API-key secret get, events,
+# the CR get and its status patch, PodMonitors) and kopf (watches pods and the CR, patches the CR's finalizer
+# and annotations, posts events, watches CRDs for its resource discovery).
+NAMESPACED_PERMISSIONS: dict[tuple[str, str], set[str]] = {
+    ("", "pods"): {"list", "watch", "create", "patch", "delete"},
+    ("", "services"): {"get", "create", "patch"},
+    ("apps", "deployments"): {"get", "create", "patch"},
+    ("", "secrets"): {"get"},
+    ("", "events"): {"create"},
+    ("sglang.ai", "sglangdeployments"): {"get", "list", "watch", "patch"},
+    ("sglang.ai", "sglangdeployments/status"): {"patch"},
+    ("monitoring.coreos.com", "podmonitors"): {"get", "create", "patch"},
+}
+CLUSTER_PERMISSIONS: dict[tuple[str, str], set[str]] = {
+    ("apiextensions.k8s.io", "customresourcedefinitions"): {"list", "watch"},
+}
+# kopf follows the namespaces it watches when it does not watch the whole cluster.
+NAMESPACE_WATCH: dict[tuple[str, str], set[str]] = {("", "namespaces"): {"list", "watch"}}
+
+
+@pytest.fixture(scope="module")
+def helm() -> Path:
+    return ensure_helm()
+
+
+def render(helm: Path, *args: str) -> list[dict[str, Any]]:
+    return [doc for doc in yaml.safe_load_all(helm_template(helm, *args)) if doc]
+
+
+def by_kind(objects: list[dict[str, Any]], kind: str) -> list[dict[str, Any]]:
+    return [obj for obj in objects if obj["kind"] == kind]
+
+
+def grants(role: dict[str, Any]) -> dict[tuple[str, str], set[str]]:
+    granted: dict[tuple[str, str], set[str]] = defaultdict(set)
+    for rule in role["rules"]:
+        for group in rule["apiGroups"]:
+            for resource in rule["resources"]:
+                granted[(group, resource)] |= set(rule["verbs"])
+    return dict(granted)
+
+
+def operator_container(objects: list[dict[str, Any]]) -> dict[str, Any]:
+    (deployment,) = by_kind(objects, "Deployment")
+    (container,) = deployment["spec"]["template"]["spec"]["containers"]
+    return dict(container)
+
+
+VARIANTS = {
+    "defaults": [],
+    "everything-set": [
+        "--set-json", 'watchNamespaces=["team-a","team-b"]',
+        "--set", "prometheusURL=http://prometheus.monitoring.svc:9090",
+        "--set", "verbose=true",
+        "--set", "health.enabled=true",
+        "--set", "priorityClassName=system-cluster-critical",
+        "--set-json", 'nodeSelector={"node-role.kubernetes.io/control-plane":""}',
+        "--set-json", 'tolerations=[{"key":"dedicated","operator":"Exists","effect":"NoSchedule"}]',
+        "--set-json", 'affinity={"nodeAffinity":{"requiredDuringSchedulingIgnoredDuringExecution":{"nodeSelectorTerms":'
+        '[{"matchExpressions":[{"key":"kubernetes.io/os","operator":"In","values":["linux"]}]}]}}}',
+        "--set-json", 'imagePullSecrets=[{"name":"registry"}]',
+        "--set-json", 'extraEnv=[{"name":"TZ","value":"UTC"}]',
+        "--set", "image.tag=0.2.0",
+    ],
+    "bring-your-own-account": ["--set", "serviceAccount.create=false", "--set", "serviceAccount.name=ops",
+                               "--set", "rbac.create=false"],
+}  # fmt: skip
+
+
+def test_chart_lints(helm: Path) -> None:
+    proc = subprocess.run([str(helm), "lint", "--strict", str(CHART_DIR)], capture_output=True, text=True)
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+
+
+def test_chart_versions_follow_the_package() -> None:
+    chart = yaml.safe_load((CHART_DIR / "Chart.yaml").read_text())
+    package = importlib.metadata.version("sglang-operator")
+    assert (chart["apiVersion"], chart["version"], chart["appVersion"]) == ("v2", package, package)
+
+
+@pytest.mark.parametrize("variant", sorted(VARIANTS))
+def test_rendered_objects_are_valid_kubernetes(helm: Path, variant: str) -> None:
+    objects = render(helm, "--include-crds", *VARIANTS[variant])
+    assert by_kind(objects, "Deployment") and by_kind(objects, "CustomResourceDefinition")
+    for obj in objects:
+        kubernetes_validate.validate(obj, KUBE_VERSION, strict=True)
+
+
+def test_default_deployment_runs_the_operator_image_locked_down(helm: Path) -> None:
+    objects = render(helm)
+    (deployment,) = by_kind(objects, "Deployment")
+    pod = deployment["spec"]["template"]["spec"]
+    container = operator_container(objects)
+    assert deployment["spec"]["replicas"] == 1
+    assert deployment["spec"]["strategy"] == {"type": "Recreate"}
+    assert container["image"] == "ghcr.io/sglang-operator/sglang-operator:0.1.0"
+    assert (container["command"], container["args"]) == (
+        ["sglang-operator"],
+        ["run", "--liveness=http://0.0.0.0:8080/healthz"],
+    )
+    assert pod["serviceAccountName"] == "sglang-operator"
+    assert pod["securityContext"]["runAsNonRoot"] is True
+    assert container["securityContext"] == {
+        "allowPrivilegeEscalation": False,
+        "readOnlyRootFilesystem": True,
+        "capabilities": {"drop": ["ALL"]},
+    }
+    assert container["livenessProbe"]["httpGet"] == {"path": "/healthz", "port": "health"}
+
+
+def test_values_reach_the_command_line(helm: Path) -> None:
+    container = operator_container(render(helm, *VARIANTS["everything-set"]))
+    assert container["image"] == "ghcr.io/sglang-operator/sglang-operator:0.2.0"
+    assert container["args"] == [
+        "run",
+        "--namespace=team-a",
+        "--namespace=team-b",
+        "--prometheus-url=http://prometheus.monitoring.svc:9090",
+        "--verbose",
+        "--liveness=http://0.0.0.0:8080/healthz",
+    ]
+    assert container["livenessProbe"]["httpGet"] == {"path": "/healthz", "port": "health"}
+
+
+def test_clusterwide_rbac_grants_exactly_what_the_operator_uses(helm: Path) -> None:
+    objects = render(helm)
+    roles = {role["metadata"]["name"]: grants(role) for role in by_kind(objects, "ClusterRole")}
+    assert roles == {"sglang-operator": NAMESPACED_PERMISSIONS, "sglang-operator-cluster": CLUSTER_PERMISSIONS}
+    bound = {b["roleRef"]["name"]: b["subjects"] for b in by_kind(objects, "ClusterRoleBinding")}
+    subject = [{"kind": "ServiceAccount", "name": "sglang-operator", "namespace": "sglang-operator"}]
+    assert bound == {"sglang-operator": subject, "sglang-operator-cluster": subject}
+    assert not by_kind(objects, "RoleBinding")
+
+
+def test_rbac_has_no_wildcards_in_any_variant(helm: Path) -> None:
+    for args in VARIANTS.values():
+        for role in by_kind(render(helm, *args), "ClusterRole"):
+            for rule in role["rules"]:
+                for key in ("apiGroups", "resources", "verbs"):
+                    assert "*" not in rule[key], (role["metadata"]["name"], rule)
+                assert "resourceNames" not in rule and "nonResourceURLs" not in rule
+
+
+def test_watch_namespaces_grant_namespaced_permissions_only_there(helm: Path) -> None:
+    objects = render(helm, *VARIANTS["everything-set"])
+    roles = {role["metadata"]["name"]: grants(role) for role in by_kind(objects, "ClusterRole")}
+    assert roles["sglang-operator-cluster"] == {**CLUSTER_PERMISSIONS, **NAMESPACE_WATCH}
+    assert [b["roleRef"]["name"] for b in by_kind(objects, "ClusterRoleBinding")] == ["sglang-operator-cluster"]
+    role_bindings = by_kind(objects, "RoleBinding")
+    assert sorted(b["metadata"]["namespace"] for b in role_bindings) == ["team-a", "team-b"]
+    assert {b["roleRef"]["name"] for b in role_bindings} == {"sglang-operator"}
+
+
+def test_without_rbac_and_service_account_only_the_deployment_renders(helm: Path) -> None:
+    objects = render(helm, *VARIANTS["bring-your-own-account"])
+    assert [obj["kind"] for obj in objects] == ["Deployment"]
+    assert objects[0]["spec"]["template"]["spec"]["serviceAccountName"] == "ops"
+
+
+def test_more_than_one_replica_is_refused(helm: Path) -> None:
+    with pytest.raises(RuntimeError, match="replicas must be 0 or 1"):
+        render(helm, "--set", "replicas=2")
+
+
+def test_install_manifest_is_the_default_rendering(helm: Path) -> None:
+    assert INSTALL_MANIFEST.read_text() == install_manifest(helm), "manifests/install.yaml is stale: make manifests"
+    documents = [doc for doc in yaml.safe_load_all(INSTALL_MANIFEST.read_text()) if doc]
+    for doc in documents:
+        kubernetes_validate.validate(doc, KUBE_VERSION, strict=True)
+    kinds = [doc["kind"] for doc in documents]
+    assert kinds[:2] == ["Namespace", "CustomResourceDefinition"]
+    assert {"ServiceAccount", "ClusterRole", "ClusterRoleBinding", "Deployment"} <= set(kinds)
+
+
+def test_chart_crd_is_the_generated_crd() -> None:
+    chart_crd = CHART_DIR / "crds" / CRD_FILE
+    assert chart_crd.read_bytes() == (REPO_ROOT / "crds" / CRD_FILE).read_bytes()
+    assert yaml.safe_load(chart_crd.read_text())["metadata"]["name"] == CRD_NAME
