@@ -15,6 +15,7 @@ from typing import Any
 import kubernetes_validate
 import pytest
 import yaml
+
 from localcluster.helm import CHART_DIR, INSTALL_MANIFEST, ensure_helm, helm_template, install_manifest
 from sglang_operator.api.constants import CRD_NAME
 

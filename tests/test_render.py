@@ -10,6 +10,7 @@ from typing import Any
 import kubernetes_validate
 import pytest
 import yaml
+
 from sglang_operator.api.spec import SGLangDeploymentSpec
 from sglang_operator.render import Owner, render_all, revision_hash
 from sglang_operator.render.workers import worker_pod

@@ -3,6 +3,7 @@
 from typing import Any
 
 import pytest
+
 from sglang_operator.api.spec import SGLangDeploymentSpec
 from sglang_operator.topology import launch_args, readiness_path, topology
 

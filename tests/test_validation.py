@@ -7,6 +7,7 @@ so a new rule cannot land untested.
 from typing import Any
 
 import pytest
+
 from sglang_operator.api.validation import RULES, Rule, check_rules, parse_spec
 
 # (field, message fragment, failing spec, passing spec)

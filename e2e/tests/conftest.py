@@ -1,0 +1,77 @@
+"""Fixtures for tests against the real local cluster (built from Go modules; see e2e/localcluster).
+
+`cluster` reuses a running cluster (`python -m localcluster up`) or starts one for the session and stops it at
+the end; set LOCALCLUSTER_KEEP=1 to leave a cluster this session started running for the next one, and
+LOCALCLUSTER_NO_AGENT=1 / LOCALCLUSTER_NO_PROMETHEUS=1 to run without the node agent / Prometheus.
+Every test collected under e2e/tests is marked `e2e`.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+import uuid
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+from kubernetes import client, config
+from kubernetes.client.rest import ApiException
+from localcluster import cluster as localcluster
+from localcluster.cluster import ClusterInfo
+from localcluster.procs import wait_for
+
+E2E_TESTS = Path(__file__).resolve().parent
+NAMESPACE_READY_TIMEOUT_S = 60.0
+
+
+def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
+    for item in items:
+        if E2E_TESTS in Path(str(item.fspath)).resolve().parents:
+            item.add_marker(pytest.mark.e2e)
+
+
+@pytest.fixture(scope="session")
+def cluster() -> Iterator[ClusterInfo]:
+    # On a running cluster this only starts what is missing; one this run started is stopped at the end
+    # unless another run (registered the same way) still uses it.
+    agent = False if os.environ.get("LOCALCLUSTER_NO_AGENT") == "1" else None  # None: if the package exists
+    prom = os.environ.get("LOCALCLUSTER_NO_PROMETHEUS") != "1"
+    keep = os.environ.get("LOCALCLUSTER_KEEP") == "1"
+    with localcluster.session(agent=agent, with_prometheus=prom, keep=keep) as info:
+        yield info
+
+
+@pytest.fixture(scope="session")
+def api_client(cluster: ClusterInfo) -> client.ApiClient:
+    return config.new_client_from_config(str(cluster.kubeconfig))
+
+
+@pytest.fixture(scope="session")
+def core(api_client: client.ApiClient) -> client.CoreV1Api:
+    return client.CoreV1Api(api_client)
+
+
+@pytest.fixture
+def namespace(request: pytest.FixtureRequest, core: client.CoreV1Api) -> Iterator[str]:
+    """A fresh namespace (ready for pods: its `default` service account exists), deleted afterwards."""
+    slug = re.sub(r"[^a-z0-9]+", "-", request.node.name.lower()).strip("-")[:40].strip("-")
+    name = f"e2e-{slug}-{uuid.uuid4().hex[:5]}"
+    core.create_namespace(client.V1Namespace(metadata=client.V1ObjectMeta(name=name, labels={"e2e": "true"})))
+
+    def default_sa() -> bool:
+        try:
+            core.read_namespaced_service_account("default", name)
+        except ApiException as err:
+            if err.status == 404:
+                return False
+            raise
+        return True
+
+    wait_for(default_sa, NAMESPACE_READY_TIMEOUT_S, f"service account default in {name}")
+    yield name
+    try:
+        core.delete_namespace(name, propagation_policy="Background")
+    except ApiException as err:
+        if err.status != 404:
+            raise

@@ -1,0 +1,160 @@
+"""The autoscaler on the local cluster: real Prometheus scraping simulator pods, load replayed from a real trace.
+
+Load through the router scales the fleet up within one interval plus the start-up delay (plus the scrape and burst
+windows the signal needs to exist), and back down after the stabilisation window; with Prometheus stopped the count
+holds and MetricsAvailable turns False; with Prometheus back it resumes.
+"""
+
+from __future__ import annotations
+
+import csv
+import threading
+import time
+from collections.abc import Iterator
+from datetime import datetime
+from pathlib import Path
+
+import pytest
+import requests
+from kubernetes import client
+
+from localcluster import prometheus
+from localcluster.cluster import ClusterInfo
+from localcluster.fleet import Fleet, OperatorProcess, install_crd
+from localcluster.paths import REPO_ROOT, as_layout
+from localcluster.procs import wait_for
+
+TRACE = REPO_ROOT.parent / "shared" / "traces" / "AzureLLMInferenceTrace_code.csv"
+INTERVAL_S = 5
+STARTUP_S = 2
+SCRAPE_S = 5
+BURST_S = 10
+DOWN_WINDOW_S = 30
+
+
+@pytest.fixture
+def autoscaled(cluster: ClusterInfo, api_client: client.ApiClient, namespace: str) -> Iterator[Fleet]:
+    if cluster.prometheus_url is None:
+        pytest.fail("the local cluster runs without Prometheus; `python -m localcluster up` starts it")
+    install_crd(api_client)
+    proc = OperatorProcess(cluster.kubeconfig, [namespace], cluster.state_dir / "logs" / f"operator-{namespace}.log")
+    proc.start()
+    fleet = Fleet(api_client, namespace, "chat")
+    fleet.apply({
+        "apiVersion": "sglang.ai/v1alpha1", "kind": "SGLangDeployment", "metadata": {"name": "chat"},
+        "spec": {
+            "model": {"path": "meta-llama/Llama-3.1-8B-Instruct", "servedName": "llama"},
+            "engine": {"maxRunningRequests": 4, "env": [
+                {"name": "SGLANG_SIM_STARTUP_SECONDS", "value": str(STARTUP_S)},
+                {"name": "SGLANG_SIM_DECODE_TOKENS_PER_S", "value": "32"}]},
+            "replicas": 1,
+            "autoscaling": {
+                "enabled": True, "minReplicas": 1, "maxReplicas": 4, "prometheusURL": cluster.prometheus_url,
+                "intervalSeconds": INTERVAL_S, "startupSeconds": STARTUP_S,
+                "windows": {"rateSeconds": 20, "burstSeconds": BURST_S, "peakLookbackSeconds": 20,
+                            "scaleDownStabilizationSeconds": DOWN_WINDOW_S, "metricsMaxAgeSeconds": 20},
+            },
+        },
+    })  # fmt: skip
+    fleet.wait_ready(1, timeout=120)
+    yield fleet
+    proc.stop()
+
+
+def trace_offsets(limit: int, compress: float) -> list[float]:
+    """Arrival offsets (seconds) of the trace's first `limit` requests, time-compressed by `compress`."""
+    offsets: list[float] = []
+    with TRACE.open() as handle:
+        for row in csv.DictReader(handle):
+            stamp = datetime.strptime(row["TIMESTAMP"][:26], "%Y-%m-%d %H:%M:%S.%f").timestamp()
+            offsets.append(stamp)
+            if len(offsets) == limit:
+                break
+    return [(t - offsets[0]) / compress for t in offsets]
+
+
+def replay(router: str, offsets: list[float], max_seconds: float) -> tuple[int, list[str]]:
+    """Send one 32-token request per offset (bounded by count and time); returns (sent, errors)."""
+    errors: list[str] = []
+    sent, lock = 0, threading.Lock()
+    start = time.monotonic()
+
+    def one(index: int) -> None:
+        body = {"text": f"trace request {index}", "sampling_params": {"max_new_tokens": 32}}
+        try:
+            response = requests.post(f"{router}/generate", json=body, timeout=60)
+            error = None if response.status_code == 200 else f"HTTP {response.status_code}: {response.text[:160]}"
+        except requests.RequestException as exc:
+            error = str(exc)[:160]
+        if error:
+            with lock:
+                errors.append(error)
+
+    threads = []
+    for index, offset in enumerate(offsets):
+        delay = offset - (time.monotonic() - start)
+        if time.monotonic() - start + max(delay, 0) > max_seconds:
+            break
+        if delay > 0:
+            time.sleep(delay)  # pacing the replay, not waiting for a condition
+        thread = threading.Thread(target=one, args=(index,), daemon=True)
+        thread.start()
+        threads.append(thread)
+        sent += 1
+    for thread in threads:
+        thread.join(timeout=90)
+    return sent, errors
+
+
+def desired(fleet: Fleet) -> int:
+    return int((fleet.status().get("autoscaler") or {}).get("desiredReplicas") or 0)
+
+
+def test_scales_up_under_trace_load_and_back_down(autoscaled: Fleet) -> None:
+    fleet = autoscaled
+    router = fleet.router_urls()[0]
+    # The code trace's first 320 requests (~2.5 minutes) compressed 4x: ~8 req/s with the trace's bursts, of 1 s
+    # requests against C = 4 per replica: about 3 replicas with headroom, one at rest.
+    offsets = trace_offsets(limit=320, compress=4.0)
+    result: dict[str, tuple[int, list[str]]] = {}
+    load = threading.Thread(target=lambda: result.setdefault("load", replay(router, offsets, 60)), daemon=True)
+    started = time.monotonic()
+    load.start()
+    bound = INTERVAL_S + STARTUP_S + SCRAPE_S + BURST_S + INTERVAL_S
+    wait_for(lambda: desired(fleet) >= 2, bound + 10, "the autoscaler to ask for more replicas", interval=0.5,
+             on_timeout=lambda: f"; autoscaler={fleet.status().get('autoscaler')}")  # fmt: skip
+    decided_after = time.monotonic() - started
+    wait_for(lambda: (fleet.status().get("readyReplicas") or 0) >= 2, STARTUP_S + 30, "the new replicas Ready")
+    assert decided_after <= bound + 10
+    load.join(timeout=120)
+    sent, errors = result["load"]
+    assert sent >= 300 and not errors, errors[:5]
+    stopped = time.monotonic()
+    wait_for(lambda: desired(fleet) == 1, DOWN_WINDOW_S + 60, "the autoscaler to scale back down", interval=1.0,
+             on_timeout=lambda: f"; autoscaler={fleet.status().get('autoscaler')}")  # fmt: skip
+    assert time.monotonic() - stopped >= DOWN_WINDOW_S * 0.5  # not before the stabilisation window
+    wait_for(lambda: len(fleet.pods()) == 1, 90, "surplus replicas drained and deleted")
+    history = fleet.status()["autoscaler"]["history"]
+    assert [h["replicas"] for h in history][-1] == 1 and max(h["replicas"] for h in history) >= 2
+    assert fleet.get()["spec"]["replicas"] == 1  # the autoscaler never writes spec
+
+
+def test_prometheus_down_holds_and_recovers(autoscaled: Fleet, cluster: ClusterInfo) -> None:
+    fleet = autoscaled
+    metrics = wait_for(lambda: fleet.condition("MetricsAvailable"), 60, "MetricsAvailable condition")
+    wait_for(lambda: (fleet.condition("MetricsAvailable") or {}).get("status") == "True", 60, "metrics available")
+    assert metrics["type"] == "MetricsAvailable"
+    layout = as_layout(Path(cluster.state_dir))
+    held = desired(fleet)
+    prometheus.stop_prometheus(layout)
+    try:
+        wait_for(lambda: (fleet.condition("MetricsAvailable") or {}).get("status") == "False", 4 * INTERVAL_S,
+                 "MetricsAvailable=False while Prometheus is down")  # fmt: skip
+        reason = fleet.status()["autoscaler"]["reason"]
+        assert reason.startswith(f"holding {held} replicas")
+        assert desired(fleet) == held
+    finally:
+        prometheus.start_prometheus(layout)
+    wait_for(lambda: (fleet.condition("MetricsAvailable") or {}).get("status") == "True", 60,
+             "MetricsAvailable=True after Prometheus restarts")  # fmt: skip
+    assert desired(fleet) == held
