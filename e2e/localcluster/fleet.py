@@ -29,21 +29,32 @@ from sglang_operator.api.constants import GROUP, PLURAL, VERSION
 from sglang_operator.api.crdgen import build_crd
 
 CRD_ESTABLISHED_TIMEOUT_S = 30.0
+CRD_WRITE_ATTEMPTS = 5
 
 
 def install_crd(api: client.ApiClient) -> None:
     """Create or replace the generated CRD and wait until it is Established."""
     ext = client.ApiextensionsV1Api(api)
-    crd = build_crd()
-    name = crd["metadata"]["name"]
-    try:
-        current = ext.read_custom_resource_definition(name)
-        crd["metadata"]["resourceVersion"] = current.metadata.resource_version
-        ext.replace_custom_resource_definition(name, crd)
-    except ApiException as exc:
-        if exc.status != 404:
-            raise
-        ext.create_custom_resource_definition(crd)
+    name = build_crd()["metadata"]["name"]
+    for _ in range(CRD_WRITE_ATTEMPTS):  # optimistic concurrency: other test processes install it too
+        crd = build_crd()
+        try:
+            current = ext.read_custom_resource_definition(name)
+            crd["metadata"]["resourceVersion"] = current.metadata.resource_version
+            ext.replace_custom_resource_definition(name, crd)
+        except ApiException as exc:
+            if exc.status == 404:
+                try:
+                    ext.create_custom_resource_definition(crd)
+                except ApiException as create_exc:
+                    if create_exc.status != 409:
+                        raise
+                    continue
+            elif exc.status == 409:
+                continue
+            else:
+                raise
+        break
 
     def established() -> bool:
         conditions = ext.read_custom_resource_definition(name).status.conditions or []

@@ -9,8 +9,9 @@ from __future__ import annotations
 import subprocess
 import sys
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from pathlib import Path
+from typing import Any
 
 import pytest
 import requests
@@ -53,6 +54,21 @@ def assert_no_stale_router_entries(fleet: Fleet) -> None:
         assert not stale, f"router {router} lists workers that are not ready: {stale}"
 
 
+def converge_without_stale_entries(fleet: Fleet, done: Callable[[], bool], what: str, timeout: float = 120) -> None:
+    """Wait for `done` and the routers in sync, checking at every step that no router lists a stale worker."""
+    deadline = time.monotonic() + timeout
+    while not (done() and fleet.router_in_sync()):
+        assert_no_stale_router_entries(fleet)
+        assert time.monotonic() < deadline, f"{what} timed out: {fleet.status()}"
+        time.sleep(0.5)
+
+
+def quickstart(replicas: int) -> dict[str, Any]:
+    doc = load_example("quickstart.yaml", replicas=replicas)
+    doc["spec"]["engine"] = {"env": SIM_ENV}
+    return doc
+
+
 @pytest.mark.usefixtures("operator", "hf_secret")
 def test_two_replicas_ready_registered_and_serving(api_client: client.ApiClient, namespace: str) -> None:
     fleet = Fleet(api_client, namespace, "llama")
@@ -75,19 +91,11 @@ def test_scale_by_spec_and_by_scale_subresource(api_client: client.ApiClient, na
     fleet.apply(llama(2))
     fleet.wait_ready(2)
     fleet.patch_spec({"replicas": 4})
-    deadline = time.monotonic() + 120
-    while not (fleet.status().get("readyReplicas") == 4 and fleet.router_in_sync()):
-        assert_no_stale_router_entries(fleet)
-        assert time.monotonic() < deadline, f"scale to 4 timed out: {fleet.status()}"
-        time.sleep(0.5)
+    converge_without_stale_entries(fleet, lambda: fleet.status().get("readyReplicas") == 4, "scale to 4")
     fleet.wait_ready(4)
     fleet.scale(1)
     assert fleet.get()["spec"]["replicas"] == 1
-    deadline = time.monotonic() + 120
-    while not (len(fleet.pods()) == 1 and fleet.router_in_sync()):
-        assert_no_stale_router_entries(fleet)
-        assert time.monotonic() < deadline, f"scale to 1 timed out: {fleet.status()}"
-        time.sleep(0.5)
+    converge_without_stale_entries(fleet, lambda: len(fleet.pods()) == 1, "scale to 1")
     fleet.wait_ready(1)
     scale = client.CustomObjectsApi(api_client).get_namespaced_custom_object_scale(
         "sglang.ai", "v1alpha1", namespace, "sglangdeployments", "llama"
@@ -148,9 +156,7 @@ def test_rollout_under_load_loses_no_request(api_client: client.ApiClient, names
 def test_router_restart_is_refilled_within_10s(api_client: client.ApiClient, namespace: str, core: client.CoreV1Api,
                                                cluster: ClusterInfo) -> None:  # fmt: skip
     fleet = Fleet(api_client, namespace, "quick")
-    doc = load_example("quickstart.yaml", replicas=2)
-    doc["spec"]["engine"] = {"env": SIM_ENV}
-    fleet.apply(doc)
+    fleet.apply(quickstart(2))
     fleet.wait_ready(2)
     router_pod = fleet.pods("router")[0]
     core.delete_namespaced_pod(router_pod.metadata.name, namespace, grace_period_seconds=0)
@@ -169,9 +175,7 @@ def test_router_restart_is_refilled_within_10s(api_client: client.ApiClient, nam
 def test_killed_worker_leaves_rotation_and_comes_back(api_client: client.ApiClient, namespace: str,
                                                       cluster: ClusterInfo) -> None:  # fmt: skip
     fleet = Fleet(api_client, namespace, "quick")
-    doc = load_example("quickstart.yaml", replicas=2)
-    doc["spec"]["engine"] = {"env": SIM_ENV}
-    fleet.apply(doc)
+    fleet.apply(quickstart(2))
     fleet.wait_ready(2)
     victim = next(p for p in fleet.pods())
     victim_url = f"http://{victim.status.pod_ip}:30000"
@@ -270,13 +274,14 @@ def test_invalid_cr_rejected_with_the_validate_message(cluster: ClusterInfo, api
         "spec:\n  model: {path: m}\n  parallelism: {tp: 6, attentionDP: 4}\n"
     )
     bin_dir = Path(sys.executable).parent
-    validate = subprocess.run([str(bin_dir / "sglang-operator"), "validate", "-f", str(manifest)], capture_output=True, text=True,
-                              check=False)  # fmt: skip
+    validate = subprocess.run(
+        [str(bin_dir / "sglang-operator"), "validate", "-f", str(manifest)], capture_output=True, text=True, check=False
+    )
     message = validate.stderr.strip().removeprefix("error: spec.parallelism.attentionDP: ")
+    kubectl = [str(bin_dir / "kubectl"), "--kubeconfig", str(cluster.kubeconfig)]
     applied = subprocess.run(
-        [str(bin_dir / "kubectl"), "--kubeconfig", str(cluster.kubeconfig), "apply", "-n", namespace, "-f", str(manifest)],
-        capture_output=True, text=True, check=False,
-    )  # fmt: skip
+        [*kubectl, "apply", "-n", namespace, "-f", str(manifest)], capture_output=True, text=True, check=False
+    )
     assert validate.returncode == 1 and applied.returncode != 0
     assert "spec.parallelism.attentionDP" in applied.stderr
     assert message in applied.stderr

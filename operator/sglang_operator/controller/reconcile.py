@@ -144,6 +144,7 @@ class Reconciler:
         plan = plan_replicas(replicas, Targets(active, warm, revision, spec.update_strategy), loads, deregistered,
                              now.timestamp())  # fmt: skip
 
+        by_index = {r.index: r for r in replicas}
         leaving = set(plan.drain) | set(plan.delete)
         routed = [
             r.url for r in replicas
@@ -152,9 +153,12 @@ class Reconciler:
         ]  # fmt: skip
         router_obs = RouterObservation(enabled=False, ready_pods=0, registered=0, synced=True)
         if routers is not None:
-            router_obs, failures = sync_routers(routers, routed)
-            for failure in failures:
+            synced = sync_routers(routers, routed)
+            router_obs = synced.observation
+            for failure in synced.failures:
                 self.writer.event(body, "RegistrationFailed", failure, warning=True)
+            # A replica a router still lists is not drained yet: the next pass decides again.
+            plan.drain = [i for i in plan.drain if by_index[i].url not in synced.unconfirmed_removals]
 
         self._apply_plan(spec, owner, revision, replicas, plan, stamp, body)
         status = compute_status(

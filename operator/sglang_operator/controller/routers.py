@@ -38,16 +38,19 @@ def _ready_router_urls(router_pods: list[dict[str, Any]]) -> list[str]:
     return sorted(urls)
 
 
-REMOVAL_CONFIRM_SECONDS = 3.0
+REMOVAL_CONFIRM_SECONDS = 10.0
 
 
-def _wait_removed(router: RouterClient, ids: set[str]) -> None:
-    """smg queues removals (202) and applies them within about a second. Waiting here means a replica is only
-    marked draining, and its in-flight count only trusted, once no router can still pick it."""
+def _still_listed(router: RouterClient, removed: tuple[RouterWorker, ...]) -> set[str]:
+    """smg queues removals (202) and applies them within about a second (longer when busy). Waiting here means a
+    replica is only marked draining once no router can still pick it; URLs still listed at the deadline are
+    returned so the caller leaves them for the next pass."""
+    ids = {worker.id for worker in removed}
     deadline = time.monotonic() + REMOVAL_CONFIRM_SECONDS
-    while time.monotonic() < deadline:
-        if not ids & {worker.id for worker in router.list_workers()}:
-            return
+    while True:
+        listed = ids & {worker.id for worker in router.list_workers()}
+        if not listed or time.monotonic() >= deadline:
+            return {worker.url for worker in removed if worker.id in listed}
         time.sleep(0.1)
 
 
@@ -64,9 +67,18 @@ def observe_routers(router_pods: list[dict[str, Any]], api_key: str | None) -> R
     return state
 
 
-def sync_routers(state: RouterState, desired_urls: list[str]) -> tuple[RouterObservation, list[str]]:
-    """Make every observed router list equal `desired_urls`. Returns the observation and the failures."""
+@dataclass(frozen=True)
+class SyncResult:
+    observation: RouterObservation
+    failures: list[str]
+    unconfirmed_removals: set[str]
+    """URLs whose removal a router has not applied yet: not safe to drain on this pass."""
+
+
+def sync_routers(state: RouterState, desired_urls: list[str]) -> SyncResult:
+    """Make every observed router list equal `desired_urls`."""
     failures = list(state.errors)
+    unconfirmed: set[str] = set()
     synced = not state.errors
     registered_counts = []
     desired = set(desired_urls)
@@ -81,7 +93,7 @@ def sync_routers(state: RouterState, desired_urls: list[str]) -> tuple[RouterObs
             for worker in plan.remove:
                 router.remove_worker(worker.id)
             if plan.remove:
-                _wait_removed(router, {worker.id for worker in plan.remove})
+                unconfirmed |= _still_listed(router, plan.remove)
             for url in plan.add:
                 router.add_worker(url)
         except RouterError as exc:
@@ -95,4 +107,4 @@ def sync_routers(state: RouterState, desired_urls: list[str]) -> tuple[RouterObs
         synced=synced and bool(state.lists),
         error="; ".join(failures) if failures else None,
     )
-    return observation, failures
+    return SyncResult(observation, failures, unconfirmed)
