@@ -175,14 +175,15 @@ class Fleet:
         ]
 
     def router_lists(self) -> dict[str, list[str]]:
-        """Each ready router pod's worker URLs (GET /workers)."""
+        """Each ready router pod's routable worker URLs (GET /workers, without smg's short-lived `draining`
+        entries of removed workers, which receive no new requests)."""
         lists = {}
         for base in self.router_urls():
             try:
                 workers = requests.get(f"{base}/workers", timeout=5).json().get("workers", [])
             except (requests.RequestException, ValueError):
                 continue
-            lists[base] = sorted(w["url"] for w in workers)
+            lists[base] = sorted(w["url"] for w in workers if w.get("status") != "draining")
         return lists
 
     def router_in_sync(self) -> bool:

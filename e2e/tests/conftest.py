@@ -17,6 +17,7 @@ from pathlib import Path
 import pytest
 from kubernetes import client, config
 from kubernetes.client.rest import ApiException
+
 from localcluster import cluster as localcluster
 from localcluster.cluster import ClusterInfo
 from localcluster.procs import wait_for

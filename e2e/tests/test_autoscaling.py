@@ -129,13 +129,17 @@ def test_scales_up_under_trace_load_and_back_down(autoscaled: Fleet) -> None:
     load.join(timeout=120)
     sent, errors = result["load"]
     assert sent >= 300 and not errors, errors[:5]
-    stopped = time.monotonic()
     wait_for(lambda: desired(fleet) == 1, DOWN_WINDOW_S + 60, "the autoscaler to scale back down", interval=1.0,
              on_timeout=lambda: f"; autoscaler={fleet.status().get('autoscaler')}")  # fmt: skip
-    assert time.monotonic() - stopped >= DOWN_WINDOW_S * 0.5  # not before the stabilisation window
     wait_for(lambda: len(fleet.pods()) == 1, 90, "surplus replicas drained and deleted")
     history = fleet.status()["autoscaler"]["history"]
-    assert [h["replicas"] for h in history][-1] == 1 and max(h["replicas"] for h in history) >= 2
+    counts = [h["replicas"] for h in history]
+    assert counts[-1] == 1 and max(counts) >= 2
+    # The stabilisation window itself is table-tested in tests/autoscaling; here: the fleet came back to one
+    # replica no sooner than one window after it first grew.
+    times = [datetime.strptime(h["time"], "%Y-%m-%dT%H:%M:%SZ").timestamp() for h in history]
+    first_up = next(times[i] for i in range(1, len(history)) if counts[i] > counts[i - 1])
+    assert times[-1] - first_up >= DOWN_WINDOW_S - 1, history
     assert fleet.get()["spec"]["replicas"] == 1  # the autoscaler never writes spec
 
 

@@ -10,6 +10,7 @@ from typing import Any
 import pytest
 from kubernetes import client
 from kubernetes.client.rest import ApiException
+
 from localcluster.build import kube_version
 from localcluster.cluster import ClusterInfo
 from localcluster.procs import wait_for

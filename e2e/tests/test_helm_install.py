@@ -22,6 +22,7 @@ from typing import Any
 import pytest
 from kubernetes import client
 from kubernetes.client.rest import ApiException
+
 from localcluster.cluster import ClusterInfo
 from localcluster.fleet import Fleet, install_crd
 from localcluster.helm import CHART_DIR, ensure_helm

@@ -19,6 +19,7 @@ from typing import Any
 import pytest
 from kubernetes import client
 from kubernetes.client.rest import ApiException
+
 from localcluster import prometheus
 from localcluster.cluster import ClusterInfo
 from localcluster.procs import wait_for

@@ -16,6 +16,7 @@ from collections.abc import AsyncIterator, Callable, Iterator, Mapping
 from pathlib import Path
 
 import pytest
+
 from sglang_operator.sim.args import parse, resolve
 from sglang_operator.sim.knobs import knobs_from_env
 from sglang_operator.sim.server import Simulator

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import pytest
+
 from sglang_operator.sim import main
 from sglang_operator.sim.args import ArgsError, ServerArgs, parse, resolve
 from sglang_operator.sim.knobs import SimKnobs, knobs_from_env

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import pytest
+
 from sglang_operator.sim.engine import BusyTracker, Engine, EngineConfig, Job
 from sglang_operator.sim.prefix_cache import PrefixCache
 from sglang_operator.sim.tokens import BLOCK_TOKENS, prompt_from_ids, prompt_from_text

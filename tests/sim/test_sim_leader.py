@@ -6,6 +6,7 @@ import asyncio
 from typing import Any
 
 import aiohttp
+
 from sglang_operator.sim.args import ServerArgs, parse, resolve
 from sglang_operator.sim.leader import leader_url
 

@@ -155,7 +155,7 @@ class AutoscalingTargets(SpecModel):
         default=0.3, description="Extra capacity above the stable (rateSeconds) request rate x slot time / C."
     )
     burst_headroom: float = Field(
-        default=0.0,
+        default=0.15,
         description="Extra capacity above the peak burstSeconds rate of the last peakLookbackSeconds.",
     )
     queue_per_replica: float = Field(
@@ -199,6 +199,10 @@ class AutoscalingSpec(SpecModel):
     prometheus_url: str | None = Field(default=None, alias="prometheusURL")
     interval_seconds: int = Field(default=15, description="How often the autoscaler reads metrics and decides.")
     tolerance: float = Field(default=0.1, description="No change while demand is within this fraction of the count.")
+    scale_down_tolerance: float | None = Field(
+        default=None,
+        description="A wider band below the count (hysteresis against early scale-down); default: tolerance.",
+    )
     panic_threshold: float = Field(
         default=2.0,
         description="Burst demand / ready capacity at which panic mode lifts the scale-up step limit.",

@@ -41,16 +41,27 @@ def _ready_router_urls(router_pods: list[dict[str, Any]]) -> list[str]:
 REMOVAL_CONFIRM_SECONDS = 10.0
 
 
-def _still_listed(router: RouterClient, removed: tuple[RouterWorker, ...]) -> set[str]:
+def _routable(workers: list[RouterWorker]) -> list[RouterWorker]:
+    """smg keeps a removed worker listed as `draining` for a few seconds; it routes nothing there any more."""
+    return [worker for worker in workers if worker.status != "draining"]
+
+
+def _still_routable(routers: dict[str, RouterClient], removed: dict[str, tuple[RouterWorker, ...]]) -> set[str]:
     """smg queues removals (202) and applies them within about a second (longer when busy). Waiting here means a
-    replica is only marked draining once no router can still pick it; URLs still listed at the deadline are
+    replica is only marked draining once no router can still pick it; URLs still routable at the deadline are
     returned so the caller leaves them for the next pass."""
-    ids = {worker.id for worker in removed}
     deadline = time.monotonic() + REMOVAL_CONFIRM_SECONDS
+    pending = {base: {w.id for w in workers} for base, workers in removed.items()}
     while True:
-        listed = ids & {worker.id for worker in router.list_workers()}
-        if not listed or time.monotonic() >= deadline:
-            return {worker.url for worker in removed if worker.id in listed}
+        for base in list(pending):
+            try:
+                pending[base] &= {w.id for w in _routable(routers[base].list_workers())}
+            except RouterError:
+                pending[base] = set()  # an unreachable router routes nothing
+            if not pending[base]:
+                del pending[base]
+        if not pending or time.monotonic() >= deadline:
+            return {w.url for base, ids in pending.items() for w in removed[base] if w.id in ids}
         time.sleep(0.1)
 
 
@@ -59,7 +70,7 @@ def observe_routers(router_pods: list[dict[str, Any]], api_key: str | None) -> R
     for base_url in _ready_router_urls(router_pods):
         router = RouterClient(base_url, api_key)
         try:
-            state.lists[base_url] = router.list_workers()
+            state.lists[base_url] = _routable(router.list_workers())
         except RouterError as exc:
             state.errors.append(str(exc))
         finally:
@@ -82,23 +93,29 @@ def sync_routers(state: RouterState, desired_urls: list[str]) -> SyncResult:
     synced = not state.errors
     registered_counts = []
     desired = set(desired_urls)
-    for base_url, workers in state.lists.items():
-        plan = plan_membership(desired, workers)
-        registered_counts.append(len({w.url for w in workers} & desired))
-        if plan.empty:
-            continue
-        synced = False
-        router = RouterClient(base_url, state.api_key)
-        try:
-            for worker in plan.remove:
-                router.remove_worker(worker.id)
-            if plan.remove:
-                unconfirmed |= _still_listed(router, plan.remove)
-            for url in plan.add:
-                router.add_worker(url)
-        except RouterError as exc:
-            failures.append(str(exc))
-        finally:
+    routers = {base: RouterClient(base, state.api_key) for base in state.lists}
+    removed: dict[str, tuple[RouterWorker, ...]] = {}
+    try:
+        # Every router gets its removals and additions first; confirmation waits once, for all of them together.
+        for base_url, workers in state.lists.items():
+            plan = plan_membership(desired, workers)
+            registered_counts.append(len({w.url for w in workers} & desired))
+            if plan.empty:
+                continue
+            synced = False
+            try:
+                for worker in plan.remove:
+                    routers[base_url].remove_worker(worker.id)
+                if plan.remove:
+                    removed[base_url] = plan.remove
+                for url in plan.add:
+                    routers[base_url].add_worker(url)
+            except RouterError as exc:
+                failures.append(str(exc))
+        if removed:
+            unconfirmed = _still_routable(routers, removed)
+    finally:
+        for router in routers.values():
             router.close()
     observation = RouterObservation(
         enabled=True,

@@ -1,0 +1,230 @@
+"""Autoscaling benchmark: the operator's policy against HPA, KEDA, a static peak fleet and an oracle on real traces.
+
+    python bench/autoscale.py --trace ../shared/traces/AzureLLMInferenceTrace_code.csv [--json]
+
+Each request of the trace is replayed K times with jitter (default: the smallest K for which the oracle needs at
+least --min-peak-replicas at peak), served by replicas of C slots each with service time from its tokens, through
+the simulator in fleetsim/sim.py. Replica-hours count starting and draining replicas; a request misses the SLO when
+it waits longer than --slo-wait for a slot. See docs/autoscaling.md for the model and the baselines' targets.
+"""
+
+import argparse
+import json
+import math
+import sys
+import time
+from pathlib import Path
+
+import numpy as np
+from fleetsim import traces
+from fleetsim.baselines import Hpa, Keda, Oracle, Static, capacity_need, oracle_plan, slo_need
+from fleetsim.ours import Ours
+from fleetsim.report import Score, dominates, interpolate_miss, plot, score, table
+from fleetsim.sim import Controller, SimConfig, simulate
+
+from sglang_operator.api.spec import AutoscalingSpec
+
+BIN_S = 15.0  # the oracle's interval: the autoscalers' decision interval
+SLO_BIN_S = 1.0  # the zero-miss oracle's resolution
+FRONTIER_HEADROOMS = (0.0, 0.15, 0.3, 0.5, 0.8, 1.2, 2.0)
+HISTORY_RATE_S = 60.0  # the pre-trace history runs at the trace's mean rate over its first minute
+
+
+def parse_args(argv: list[str] | None) -> argparse.Namespace:
+    p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("--trace", action="append", required=True, help="Azure CSV or Mooncake JSONL (repeatable)")
+    p.add_argument("--json", action="store_true", help="print one JSON object per trace instead of tables")
+    p.add_argument("--scale", type=int, default=None, help="replay each request K times (default: auto)")
+    p.add_argument("--min-peak-replicas", type=int, default=10, help="auto K: oracle peak at least this")
+    p.add_argument("--jitter", type=float, default=1.0, help="seconds of uniform jitter per replayed copy")
+    p.add_argument("--time-scale", type=float, default=1.0, help="compress the trace's time by this factor")
+    p.add_argument("--max-seconds", type=float, default=None, help="use only the first seconds (after compression)")
+    p.add_argument("--concurrency", type=int, default=32, help="C: requests one replica serves at once")
+    p.add_argument("--prefill-tps", type=float, default=10000.0, help="prompt tokens/s for one request")
+    p.add_argument("--decode-tps", type=float, default=50.0, help="output tokens/s for one request")
+    p.add_argument("--startup", type=float, default=120.0, help="seconds from start to ready for a new replica")
+    p.add_argument("--scrape", type=float, default=15.0, help="Prometheus scrape interval, seconds")
+    p.add_argument("--slo-wait", type=float, default=1.0, help="a request waiting longer misses the SLO")
+    p.add_argument("--headroom", type=float, default=None, help="headroom for every policy (default: spec's)")
+    p.add_argument(
+        "--baseline-qps",
+        choices=("arrivals", "finished"),
+        default="arrivals",
+        help="request counter HPA/KEDA read: the router's arrivals (as the policy) or the workers' finished requests",
+    )
+    p.add_argument("--min-replicas", type=int, default=1)
+    p.add_argument("--max-replicas", type=int, default=1000)
+    p.add_argument("--warm-replicas", type=int, default=0, help="warm replicas for the operator's policy")
+    p.add_argument(
+        "--set",
+        action="append",
+        default=[],
+        metavar="FIELD=VALUE",
+        help="override the operator policy's spec.autoscaling field, e.g. windows.scaleDownStabilizationSeconds=300",
+    )
+    p.add_argument(
+        "--frontier",
+        action="store_true",
+        help="also run HPA at other targets and report the misses HPA would have at the policy's replica-hours",
+    )
+    p.add_argument("--only", action="append", default=None, help="run only these policies (debugging)")
+    p.add_argument("--seed", type=int, default=0)
+    p.add_argument("--out", type=Path, default=Path(__file__).parent / "out", help="where PNGs go")
+    p.add_argument("--no-plot", action="store_true")
+    return p.parse_args(argv)
+
+
+def choose_scale(base: traces.Trace, args: argparse.Namespace) -> int:
+    """Smallest K whose replay makes the oracle need --min-peak-replicas at peak."""
+
+    def peak(k: int) -> int:
+        tr = traces.replay(base, k, args.jitter, args.seed)
+        svc = traces.service_times(tr, args.prefill_tps, args.decode_tps)
+        return int(capacity_need(tr.arrivals, svc, args.concurrency, BIN_S).max())
+
+    k = max(1, math.floor(args.min_peak_replicas / max(peak(1), 1)))
+    for _ in range(1000):
+        if peak(k) >= args.min_peak_replicas:
+            return k
+        k += 1
+    return k
+
+
+def run_trace(path: str, args: argparse.Namespace) -> dict[str, object]:
+    started = time.monotonic()
+    base = traces.window(traces.load(path), args.max_seconds, args.time_scale)
+    k = args.scale or choose_scale(base, args)
+    tr = traces.replay(base, k, args.jitter, args.seed)
+    svc = traces.service_times(tr, args.prefill_tps, args.decode_tps)
+    c = args.concurrency
+    needed = capacity_need(tr.arrivals, svc, c, BIN_S)
+    plan = oracle_plan(needed, BIN_S, args.startup)
+    slo_plan = oracle_plan(slo_need(tr.arrivals, svc, c, args.slo_wait, SLO_BIN_S), SLO_BIN_S, args.startup)
+    spec = AutoscalingSpec(
+        enabled=True,
+        min_replicas=args.min_replicas,
+        max_replicas=args.max_replicas,
+        warm_replicas=args.warm_replicas,
+        startup_seconds=int(args.startup),
+    )
+    spec = _override(spec, ([f"targets.headroom={args.headroom}"] if args.headroom is not None else []) + args.set)
+    # The baselines' target: the QPS per replica that C and the trace's mean slot time imply at the same headroom,
+    # which is what an operator would compute from a load test.
+    target_qps = c / (float(svc.mean()) * (1.0 + spec.targets.headroom))
+    initial = int(plan[0])
+    controllers: list[Controller] = [
+        Ours(spec, initial),
+        Hpa(target_qps, initial, args.min_replicas, args.max_replicas, finished=args.baseline_qps == "finished"),
+        Keda(target_qps, initial, args.min_replicas, args.max_replicas, finished=args.baseline_qps == "finished"),
+        Static(int(needed.max())),
+        Oracle(plan, BIN_S),
+        Oracle(slo_plan, SLO_BIN_S, name="slo-oracle"),
+    ]
+    cfg = sim_config(tr, svc, args)
+    always = {"sglang-operator", "oracle"}
+    controllers = [x for x in controllers if args.only is None or x.name in set(args.only) | always]
+    results = [simulate(tr.arrivals, svc, ctrl, cfg) for ctrl in controllers]
+    scores = {s.name: s for s in (score(r, args.slo_wait) for r in results)}
+    ours = scores["sglang-operator"]
+    oracle_h = scores["oracle"].replica_hours
+    title = (
+        f"{tr.name}: {len(base.arrivals)} requests x K={k} = {len(tr.arrivals)}, "
+        f"{tr.arrivals[-1] / 60:.1f} min, C={c}, mean slot {svc.mean():.2f}s, start-up {args.startup:.0f}s, "
+        f"SLO wait {args.slo_wait:g}s, baseline target {target_qps:.2f} req/s/replica"
+    )
+    frontier = None
+    if args.frontier:
+        points = []
+        for h in FRONTIER_HEADROOMS:
+            target = c / (float(svc.mean()) * (1.0 + h))
+            hpa = Hpa(target, initial, args.min_replicas, args.max_replicas, args.baseline_qps == "finished")
+            s = score(simulate(tr.arrivals, svc, hpa, cfg), args.slo_wait)
+            points.append((h, s.replica_hours, s.slo_miss_pct))
+        frontier = {
+            "hpa_points": [
+                {"headroom": h, "replica_hours": round(rh, 4), "slo_miss_pct": round(m, 4)} for h, rh, m in points
+            ],
+            "hpa_miss_pct_at_our_replica_hours": interpolate_miss([(rh, m) for _, rh, m in points], ours.replica_hours),
+        }
+    png = None
+    if not args.no_plot:
+        png = args.out / f"autoscale-{Path(path).stem}.png"
+        plot(png, title, BIN_S, needed, results, tr.arrivals, args.slo_wait)
+    return {
+        "trace": tr.name,
+        "scale": k,
+        "requests": len(tr.arrivals),
+        "title": title,
+        "target_qps_per_replica": target_qps,
+        "dominates": {b: dominates(ours, scores[b]) for b in ("hpa", "keda") if b in scores},
+        "goal_met": ours.replica_hours <= 1.25 * oracle_h and ours.slo_miss_pct <= 1.0,
+        "policies": {name: _as_json(s, oracle_h) for name, s in scores.items()},
+        "frontier": frontier,
+        "png": str(png) if png else None,
+        "seconds": round(time.monotonic() - started, 2),
+        "_scores": list(scores.values()),
+    }
+
+
+def sim_config(tr: traces.Trace, svc: np.ndarray, args: argparse.Namespace) -> SimConfig:
+    """The simulator's settings; Prometheus starts with an hour of history at the trace's opening rate."""
+    opening = min(HISTORY_RATE_S, float(tr.arrivals[-1]))
+    return SimConfig(
+        concurrency=args.concurrency,
+        startup_s=args.startup,
+        scrape_s=args.scrape,
+        slo_wait_s=args.slo_wait,
+        horizon_s=float(tr.arrivals[-1]),
+        history_s=3600.0,
+        history_qps=float(np.sum(tr.arrivals <= opening)) / max(opening, 1.0),
+        history_slot_s=float(svc.mean()),
+    )
+
+
+def _override(spec: AutoscalingSpec, assignments: list[str]) -> AutoscalingSpec:
+    """Apply FIELD=VALUE overrides (camelCase paths under spec.autoscaling), validated by the spec model."""
+    data = spec.model_dump(by_alias=True)
+    for item in assignments:
+        path, _, value = item.partition("=")
+        *parents, leaf = path.split(".")
+        node = data
+        for key in parents:
+            node = node[key]
+        node[leaf] = None if value.lower() in ("", "none", "null") else json.loads(value)
+    return AutoscalingSpec.model_validate(data)
+
+
+def _as_json(s: Score, oracle_hours: float) -> dict[str, float | int]:
+    return {
+        "replica_hours": round(s.replica_hours, 4),
+        "ratio_to_oracle": round(s.replica_hours / oracle_hours, 4) if oracle_hours > 0 else 0.0,
+        "slo_miss_pct": round(s.slo_miss_pct, 4),
+        "p99_wait_s": round(s.p99_wait_s, 3),
+        "scale_events": s.scale_events,
+    }
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = parse_args(argv)
+    for path in args.trace:
+        report = run_trace(path, args)
+        scores: list[Score] = report.pop("_scores")  # type: ignore[assignment]
+        if args.json:
+            print(json.dumps(report))
+            continue
+        oracle_h = next(s.replica_hours for s in scores if s.name == "oracle")
+        print(table(str(report["title"]), scores, oracle_h))
+        dom = report["dominates"]
+        if report["frontier"]:
+            at = report["frontier"]["hpa_miss_pct_at_our_replica_hours"]  # type: ignore[index]
+            print(f"HPA at the policy's replica-hours (other targets, interpolated): {at} % SLO misses")
+        print(
+            f"dominates: {dom}; "
+            f"goal (<= 1.25 x oracle, <= 1 % misses): {report['goal_met']}; "
+            f"plot: {report['png']}; {report['seconds']}s\n"
+        )
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,1 @@
+"""Fleet simulator for bench/autoscale.py: traces, the discrete-event fleet, baselines and reports."""

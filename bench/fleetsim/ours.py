@@ -1,0 +1,81 @@
+"""The operator's own policy in the simulator: the real `sglang_operator.autoscaling.policy.decide`, fed Samples
+built from the simulated scrapes with the same windows its PromQL queries use."""
+
+from dataclasses import dataclass, field
+
+from sglang_operator.api.spec import AutoscalingSpec
+from sglang_operator.autoscaling.policy import decide
+from sglang_operator.autoscaling.signals import Decision, FleetState, Recommendation, Samples
+
+from .sim import Command, FleetView, Scrapes
+
+SLOT_FALLBACK_S = 6 * 3600.0  # the reader's `slot_fallback_seconds`
+
+
+def samples_from_scrapes(s: Scrapes, spec: AutoscalingSpec, now: float, concurrency: int) -> Samples | None:
+    """What `autoscaling/prometheus.py` would read from a Prometheus holding these scrapes.
+
+    Request rates come from the router's arrival counter (the reader's default demand query); slot time, running
+    and queued from the workers, which have no series while none is ready.
+    """
+    if not s.t:
+        return None
+    w = spec.windows
+    demand = {
+        "qps": s.rate(s.arrivals, w.rate_seconds),
+        "qps_burst": s.rate(s.arrivals, w.burst_seconds),
+        "qps_peak": s.peak_rate(s.arrivals, w.burst_seconds, w.peak_lookback_seconds),
+    }
+    slot = _slot_time(s, w.slot_time_seconds) or _slot_time(s, SLOT_FALLBACK_S)
+    if s.ready[-1] == 0:  # no worker series but the slot time Prometheus still holds from earlier
+        return Samples(collected_at=now, age_seconds=now - s.t[-1], slot_seconds=slot, **demand)
+    running, queued, ready = s.running[-1], s.queued[-1], s.ready[-1]
+    return Samples(
+        collected_at=now,
+        age_seconds=now - s.t[-1],
+        slot_seconds=slot,
+        running=running,
+        queued=queued,
+        gpu_utilization=100.0 * min(1.0, running / (ready * concurrency)),
+        **demand,
+    )
+
+
+def _slot_time(s: Scrapes, window: float) -> float | None:
+    """Mean slot time over the window; None when no request finished in it (a fleet at zero)."""
+    count, e2e, queue = (s.delta(x, window) for x in (s.finished, s.e2e_sum, s.queue_sum))
+    if not (count and e2e and queue) or count[0] <= 0:
+        return None
+    return (e2e[0] - queue[0]) / count[0]
+
+
+@dataclass
+class Ours:
+    spec: AutoscalingSpec
+    initial_replicas: int
+    name: str = "sglang-operator"
+    history: tuple[Recommendation, ...] = ()
+    decisions: list[tuple[float, Decision]] = field(default_factory=list)
+
+    @property
+    def period(self) -> float:
+        return float(self.spec.interval_seconds)
+
+    def initial(self) -> int:
+        return self.initial_replicas
+
+    def step(self, view: FleetView) -> Command:
+        fleet = FleetState(
+            desired=view.desired,
+            ready=view.ready,
+            starting=view.starting,
+            warm=view.warm_ready,
+            gpus_per_replica=1,
+            concurrency_per_replica=view.concurrency,
+        )
+        samples = samples_from_scrapes(view.scrapes, self.spec, view.t, view.concurrency)
+        decision = decide(fleet, samples, self.spec, self.history, view.t)
+        self.history = decision.history
+        if decision.replicas != view.desired:
+            self.decisions.append((view.t, decision))
+        return Command(decision.replicas, decision.warm_replicas)

@@ -1,0 +1,137 @@
+"""One autoscaling pass for one SGLangDeployment: read metrics and the fleet, decide, write `status.autoscaler`.
+
+The autoscaler never writes `spec` (Git keeps owning it, so ArgoCD sees no drift): the reconciler reads
+`status.autoscaler.desiredReplicas`. The pass writes only when the decision or its memory changed, and uses the
+object's resourceVersion so it never overwrites a status the reconciler wrote in between.
+"""
+
+import logging
+import os
+from dataclasses import dataclass
+from datetime import UTC, datetime
+from typing import Any
+
+from kubernetes import client
+from kubernetes.client.exceptions import ApiException
+
+from ..api.constants import ANNOTATION_WARM, GROUP, LABEL_COMPONENT, LABEL_DEPLOYMENT, PLURAL, VERSION
+from ..api.validation import parse_spec
+from ..controller.apply import Writer
+from ..controller.status import condition, merge_conditions
+from ..topology import topology
+from .policy import decide
+from .prometheus import fetch_samples
+from .signals import Decision, FleetState, history_from_state, history_to_state
+
+PROMETHEUS_URL_ENV = "SGLANG_OPERATOR_PROMETHEUS_URL"
+HISTORY_LENGTH = 20
+log = logging.getLogger(__name__)
+
+
+@dataclass(frozen=True)
+class AutoscalePass:
+    decision: Decision | None
+    wrote: bool
+
+
+def _fmt(value: float) -> str:
+    return f"{value:.3g}" if abs(value) < 1000 else f"{value:.0f}"
+
+
+def fleet_state(body: dict[str, Any], pods: list[Any], gpus_per_replica: int, concurrency: int) -> FleetState:
+    status = body.get("status") or {}
+    spec = body.get("spec") or {}
+    autoscaler = status.get("autoscaler") or {}
+    desired = autoscaler.get("desiredReplicas")
+    warm_ready = {
+        pod.metadata.labels.get("sglang.ai/replica")
+        for pod in pods
+        if (pod.metadata.annotations or {}).get(ANNOTATION_WARM) == "true"
+        and any(c.type == "Ready" and c.status == "True" for c in (pod.status.conditions or []))
+    }
+    ready = int(status.get("readyReplicas") or 0)
+    serving = int(status.get("replicas") or 0)
+    return FleetState(
+        desired=int(desired if desired is not None else spec.get("replicas", 1)),
+        ready=ready,
+        starting=max(serving - ready, 0),
+        warm=len(warm_ready),
+        gpus_per_replica=gpus_per_replica,
+        concurrency_per_replica=concurrency,
+    )
+
+
+def autoscaler_status(previous: dict[str, Any], decision: Decision, now: datetime) -> dict[str, Any]:
+    stamp = now.strftime("%Y-%m-%dT%H:%M:%SZ")
+    scaled = decision.replicas != previous.get("desiredReplicas")
+    history = list(previous.get("history") or [])
+    if scaled or not history:
+        history.append({"time": stamp, "replicas": decision.replicas, "reason": decision.reason, "mode": decision.mode})
+    return {
+        "desiredReplicas": decision.replicas,
+        "warmReplicas": decision.warm_replicas,
+        "lastScaleTime": stamp if scaled else previous.get("lastScaleTime", stamp),
+        "reason": decision.reason,
+        "mode": decision.mode,
+        "observed": {key: _fmt(value) for key, value in decision.observed.items()},
+        "history": history[-HISTORY_LENGTH:],
+        "state": history_to_state(decision.history),
+    }
+
+
+def autoscale_once(api: client.ApiClient, namespace: str, name: str, now: datetime | None = None) -> AutoscalePass:
+    custom = client.CustomObjectsApi(api)
+    body: dict[str, Any] = custom.get_namespaced_custom_object(GROUP, VERSION, namespace, PLURAL, name)
+    spec, _ = parse_spec(body.get("spec"))
+    if spec is None or not spec.autoscaling.enabled:
+        return AutoscalePass(None, False)
+    now = now or datetime.now(UTC)
+    shape = topology(spec)
+    selector = f"{LABEL_DEPLOYMENT}={name},{LABEL_COMPONENT}=worker"
+    pods = client.CoreV1Api(api).list_namespaced_pod(namespace, label_selector=selector).items
+    current = fleet_state(body, pods, shape.gpus_per_replica, shape.concurrency_per_replica)
+    url = spec.autoscaling.prometheus_url or os.environ.get(PROMETHEUS_URL_ENV)
+    previous_status = body.get("status") or {}
+    previous = previous_status.get("autoscaler") or {}
+    if url:
+        samples, error = fetch_samples(url, namespace, name, spec.autoscaling, now.timestamp())
+    else:
+        samples, error = None, "no Prometheus URL: set spec.autoscaling.prometheusURL or --prometheus-url"
+    history = history_from_state(previous.get("state"))
+    decision = decide(current, samples, spec.autoscaling, history, now.timestamp())
+    new = autoscaler_status(previous, decision, now)
+    stamp = (
+        new["lastScaleTime"]
+        if decision.replicas != previous.get("desiredReplicas")
+        else now.strftime("%Y-%m-%dT%H:%M:%SZ")
+    )
+    generation = int(body["metadata"].get("generation") or 0)
+    metrics = condition(
+        "MetricsAvailable",
+        decision.metrics_available,
+        "MetricsFresh" if decision.metrics_available else "MetricsUnavailable",
+        "signals read from Prometheus" if decision.metrics_available else (error or decision.reason),
+        generation,
+        stamp,
+    )
+    conditions = merge_conditions(list(previous_status.get("conditions") or []), [metrics])
+    unchanged = {k: v for k, v in new.items() if k not in ("lastScaleTime",)} == {
+        k: v for k, v in previous.items() if k not in ("lastScaleTime",)
+    } and conditions == previous_status.get("conditions")
+    if unchanged:
+        return AutoscalePass(decision, False)
+    writer = Writer(api)
+    patch = {"autoscaler": new, "conditions": conditions}
+    try:
+        custom.patch_namespaced_custom_object_status(
+            GROUP, VERSION, namespace, PLURAL, name,
+            {"metadata": {"resourceVersion": body["metadata"]["resourceVersion"]}, "status": patch},
+        )  # fmt: skip
+    except ApiException as exc:
+        if exc.status == 409:  # the reconciler wrote status in between: decide again next interval
+            return AutoscalePass(decision, False)
+        raise
+    if decision.replicas != previous.get("desiredReplicas"):
+        writer.event(body, "Autoscaled", f"desired replicas {previous.get('desiredReplicas')} -> "
+                     f"{decision.replicas}: {decision.reason}")  # fmt: skip
+    return AutoscalePass(decision, True)

@@ -1,0 +1,289 @@
+"""The autoscaling policy: a pure function from (fleet, metrics, spec, memory, now) to a replica count and a reason.
+
+No I/O, clock or randomness here, so tests drive it over time with literals and `bench/autoscale.py` runs this very
+function against a simulated fleet.
+
+How one decision is made (docs/autoscaling.md has the reasons and the benchmark behind the defaults):
+1. Missing or stale metrics hold the current count (never scale down on no data).
+2. Steady demand, in fractional replicas: the capacity rule Q x T x (1 + headroom) / C, with Q the larger of the
+   stable rate (with headroom) and the peak short-window rate of the recent past (with burst headroom) and T the time
+   a request holds a slot. A GPU-utilisation target can only raise it; any traffic keeps one replica.
+3. Backlog: queued requests beyond what the fleet tolerates are a one-off debt, paid with extra replicas that drain
+   them within one start-up delay. That part is not remembered, so it leaves as soon as the queue does.
+4. HPA-style tolerance around the current count (optionally wider below it).
+5. Scale-up is fast but bounded per interval (max(100 %, maxScaleUpStep)); panic mode (burst demand at least
+   `panicThreshold` x the ready capacity, or nothing ready at all) lifts the bound. Replicas still starting are
+   already in the count, so they are capacity on the way. Scale-down goes to the highest steady recommendation of
+   the stabilisation window, never below what the running requests occupy, and not while nothing is ready yet.
+6. Bounds: minReplicas/maxReplicas and the GPU budget (warm replicas give way first).
+"""
+
+import math
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+from ..api.spec import AutoscalingSpec
+from ..capacity import ceil_replicas, replicas_exact
+from .signals import Decision, FleetState, Mode, Recommendation, Samples
+
+# Enough memory for a 300 s window at a 15 s interval even before compaction; compaction usually keeps far fewer.
+MAX_MEMORY = 20
+
+
+@dataclass(frozen=True)
+class Demand:
+    steady: float
+    """Replicas the request rate, concurrency and GPU targets ask for."""
+    backlog: float
+    """Extra replicas that drain the excess queue within one start-up delay."""
+    in_flight: int
+    """Replicas the requests running right now occupy: a floor for scaling down."""
+    parts: dict[str, float]
+    why: str
+
+
+def decide(
+    current: FleetState,
+    samples: Samples | None,
+    spec: AutoscalingSpec,
+    history: Sequence[Recommendation],
+    now: float,
+) -> Decision:
+    """Decide the serving replica count for the next interval."""
+    low, high, budget = _bounds(spec, current.gpus_per_replica)
+    memory = prune_history(history, now, spec)
+    problem = _metrics_problem(current, samples, spec, now)
+    if problem is not None or samples is None:
+        held = _clamp(current.desired, low, high)
+        return Decision(
+            replicas=held,
+            reason=f"holding {held} replicas: {problem or 'no metrics'}",
+            mode="hold",
+            recommendation=current.desired,
+            metrics_available=False,
+            observed=_observed(samples, now, {}),
+            warm_replicas=_warm(spec, held, budget),
+            promote=0,
+            history=memory,
+        )
+
+    demand = _demand(current, samples, spec)
+    steady = _tolerate(demand.steady, current.desired, spec)
+    recommendation = max(steady, _tolerate(demand.steady + demand.backlog, current.desired, spec))
+    memory = prune_history((*memory, Recommendation(now, steady)), now, spec)
+    panic = _panic(current, samples, spec)
+    mode: Mode = "panic" if panic and recommendation > current.desired else "normal"
+    target, how = _stabilise(current.desired, recommendation, memory, spec, now, mode, demand.in_flight)
+    if current.ready == 0 and target < current.desired:
+        target, how = current.desired, f"holding {current.desired} until the first replica is ready"
+    replicas = _clamp(target, low, high)
+    if replicas != target:
+        how += f", bounded to {replicas} (min {low}, max {high})"
+    warm = _warm(spec, replicas, budget)
+    promote = min(current.warm, max(0, replicas - current.desired))
+    if promote:
+        how += f", promoting {promote} warm"
+    return Decision(
+        replicas=replicas,
+        reason=f"{how}: {demand.why}",
+        mode=mode,
+        recommendation=recommendation,
+        metrics_available=True,
+        observed=_observed(samples, now, demand.parts),
+        warm_replicas=warm,
+        promote=promote,
+        history=memory,
+    )
+
+
+def prune_history(history: Sequence[Recommendation], now: float, spec: AutoscalingSpec) -> tuple[Recommendation, ...]:
+    """Keep only recommendations that can still matter, oldest first, at most MAX_MEMORY.
+
+    The scale-down window needs only its maximum, so an entry with a later entry at least as high is dropped
+    (the survivors fall strictly over time); the scale-up window needs its minimum, so it keeps everything.
+    Over the cap, two neighbours merge into (later time, higher count): that holds more replicas, never fewer.
+    """
+    down = spec.windows.scale_down_stabilization_seconds
+    up = spec.windows.scale_up_stabilization_seconds
+    recent = sorted((r for r in history if now - max(down, up) < r.time <= now), key=lambda r: r.time)
+    kept: list[Recommendation] = []
+    for rec in recent:
+        while kept and kept[-1].replicas <= rec.replicas and now - kept[-1].time >= up:
+            kept.pop()
+        kept.append(rec)
+    while len(kept) > MAX_MEMORY:
+        i = min(range(len(kept) - 1), key=lambda j: abs(kept[j].replicas - kept[j + 1].replicas))
+        merged = Recommendation(kept[i + 1].time, max(kept[i].replicas, kept[i + 1].replicas))
+        kept[i : i + 2] = [merged]
+    return tuple(kept)
+
+
+def _bounds(spec: AutoscalingSpec, gpus_per_replica: int) -> tuple[int, int, int | None]:
+    """(min, max) serving replicas and the replica budget the GPU limit allows (None: unlimited)."""
+    budget = None
+    high = spec.max_replicas
+    if spec.max_gpus is not None:
+        budget = spec.max_gpus // max(1, gpus_per_replica)
+        high = min(high, budget)
+    return min(spec.min_replicas, high), high, budget
+
+
+def _clamp(value: int, low: int, high: int) -> int:
+    return max(low, min(high, value))
+
+
+def _warm(spec: AutoscalingSpec, serving: int, budget: int | None) -> int:
+    if budget is None:
+        return spec.warm_replicas
+    return max(0, min(spec.warm_replicas, budget - serving))
+
+
+def _tolerate(exact: float, desired: int, spec: AutoscalingSpec) -> int:
+    """ceil(exact), except that demand within the tolerance of a non-zero count keeps that count (HPA).
+
+    The band can be wider below the count than above it (hysteresis): adding a replica that is not needed costs
+    a little; removing one that is still needed costs a start-up delay of misses.
+    """
+    wanted = ceil_replicas(exact)
+    if desired <= 0 or wanted <= 0:
+        return wanted
+    below = spec.scale_down_tolerance if spec.scale_down_tolerance is not None else spec.tolerance
+    if desired * (1.0 - below) <= exact <= desired * (1.0 + spec.tolerance):
+        return desired
+    return wanted
+
+
+def _usable(value: float | None) -> bool:
+    return value is not None and math.isfinite(value) and value >= 0
+
+
+def _metrics_problem(current: FleetState, samples: Samples | None, spec: AutoscalingSpec, now: float) -> str | None:
+    """Why the reading cannot be trusted, or None when it can."""
+    if samples is None:
+        return "metrics unavailable"
+    if samples.age_seconds is None:
+        return "no scrape of this deployment in Prometheus"
+    age = samples.age_seconds + max(0.0, now - samples.collected_at)
+    if age > spec.windows.metrics_max_age_seconds:
+        return f"metrics are {age:.0f}s old (max {spec.windows.metrics_max_age_seconds}s)"
+    if not _usable(samples.qps):
+        return "no request rate (router or workers)"
+    has_slot = _usable(samples.slot_seconds) and (samples.slot_seconds or 0.0) > 0
+    if current.ready == 0:
+        # Nothing serves yet: with a slot time remembered by Prometheus the router's rate can still size the
+        # fleet (scale-up only); without one, one replica is all that can be justified.
+        if current.desired > 0 and not has_slot:
+            return "waiting for the first ready replica"
+        return None
+    if (samples.qps or 0.0) > 0 and not has_slot:
+        return "no slot time (e2e minus queue time) from the workers"
+    return None
+
+
+def _demand(current: FleetState, samples: Samples, spec: AutoscalingSpec) -> Demand:
+    """Fractional replicas the signals ask for, their parts (for status) and a sentence explaining them."""
+    c = max(1, current.concurrency_per_replica)
+    targets = spec.targets
+    qps = samples.qps or 0.0
+    peak = max(samples.qps_peak or 0.0, samples.qps_burst or 0.0)
+    slot = samples.slot_seconds if _usable(samples.slot_seconds) else None
+    queued = max(0.0, samples.queued or 0.0)
+    running = max(0.0, samples.running or 0.0)
+    parts: dict[str, float] = {}
+
+    capacity = 0.0
+    why = f"{qps:.3g} req/s"
+    if slot:
+        stable_load = qps * (1.0 + targets.headroom)
+        burst_load = peak * (1.0 + targets.burst_headroom)
+        capacity = replicas_exact(max(stable_load, burst_load), slot, c)
+        basis = f"{peak:.3g} req/s peak" if burst_load > stable_load else f"{qps:.3g} req/s"
+        why = f"{basis} x {slot:.3g}s slot / C {c} = {capacity:.2f}"
+        parts["capacityReplicas"] = capacity
+    steady = capacity
+    parts["concurrencyReplicas"] = running / c  # a floor for scale-down only (see `_stabilise`)
+    if targets.gpu_utilization and _usable(samples.gpu_utilization) and current.ready > 0:
+        gpu = current.ready * (samples.gpu_utilization or 0.0) / targets.gpu_utilization
+        parts["gpuReplicas"] = gpu
+        if gpu > steady:
+            steady = gpu
+            why += f"; GPU {samples.gpu_utilization:.0f}% vs target {targets.gpu_utilization}% needs {gpu:.2f}"
+    if max(qps, running, queued) > 0 and steady < 1.0:
+        steady = 1.0  # any traffic keeps (or wakes) one replica; only an idle fleet goes to zero
+    excess = max(0.0, queued - targets.queue_per_replica * current.ready)
+    backlog = excess * (slot or 1.0) / (c * max(1.0, float(spec.startup_seconds)))
+    if backlog > 0:
+        why += f" + {queued:.0f} queued ({backlog:.2f})"
+        parts["backlogReplicas"] = backlog
+    parts["demandReplicas"] = steady + backlog
+    return Demand(steady, backlog, ceil_replicas(running / c), parts, why)
+
+
+def _panic(current: FleetState, samples: Samples, spec: AutoscalingSpec) -> bool:
+    """Panic when the latest short-window demand is at least panicThreshold x the ready capacity (Knative-style).
+
+    With nothing ready (waking from zero) any scale-up is a panic: there is no capacity to protect.
+    """
+    if current.ready == 0:
+        return True
+    slot, burst = samples.slot_seconds, samples.qps_burst
+    if slot is None or burst is None or not (_usable(slot) and _usable(burst)):
+        return False
+    c = max(1, current.concurrency_per_replica)
+    queued = max(0.0, samples.queued or 0.0)
+    demand = replicas_exact(burst, slot, c) + queued / c
+    return demand >= spec.panic_threshold * current.ready
+
+
+def _stabilise(
+    desired: int,
+    recommendation: int,
+    memory: Sequence[Recommendation],
+    spec: AutoscalingSpec,
+    now: float,
+    mode: Mode,
+    in_flight: int,
+) -> tuple[int, str]:
+    """Apply the scale-up bound/window and the scale-down window; returns the target and how it was reached.
+
+    The window remembers steady recommendations only: replicas asked for a queue backlog leave as the backlog does.
+    Scaling down never goes below the replicas the running requests occupy right now.
+    """
+    if recommendation > desired:
+        up_window = spec.windows.scale_up_stabilization_seconds
+        target = recommendation
+        if up_window > 0:
+            lowest = min(r.replicas for r in memory if now - r.time < up_window or r.time == now)
+            target = max(desired, min(target, lowest))
+        if mode != "panic":
+            target = min(target, max(2 * desired, desired + spec.max_scale_up_step))
+        if target == desired:
+            return desired, f"holding {desired} (scale-up stabilisation)"
+        verb = "panic: scaling up" if mode == "panic" else "scaling up"
+        return target, f"{verb} {desired} -> {target}"
+    window = spec.windows.scale_down_stabilization_seconds
+    highest = max([r.replicas for r in memory if now - r.time < window] + [recommendation, in_flight])
+    if highest < desired:
+        return highest, f"scaling down {desired} -> {highest}"
+    if recommendation < desired:
+        return desired, f"holding {desired} (recommending {recommendation}, {window}s scale-down window)"
+    return desired, f"holding {desired}"
+
+
+def _observed(samples: Samples | None, now: float, parts: dict[str, float]) -> dict[str, float]:
+    out: dict[str, float] = {}
+    if samples is not None:
+        fields = {
+            "qps": samples.qps,
+            "qpsBurst": samples.qps_burst,
+            "qpsPeak": samples.qps_peak,
+            "slotSeconds": samples.slot_seconds,
+            "running": samples.running,
+            "queued": samples.queued,
+            "gpuUtilization": samples.gpu_utilization,
+        }
+        out.update({k: float(v) for k, v in fields.items() if v is not None and math.isfinite(v)})
+        if samples.age_seconds is not None:
+            out["ageSeconds"] = samples.age_seconds + max(0.0, now - samples.collected_at)
+    out.update(parts)
+    return out

@@ -1,0 +1,211 @@
+"""Reading one SGLangDeployment's autoscaling signals from Prometheus (PromQL via prometheus-api-client).
+
+The only I/O of the autoscaler. Every failure (connection, timeout, HTTP error, malformed answer) comes back as an
+error string, never as an exception into the kopf handler; the policy then holds the replica count.
+
+Queries are templates over label names, because clusters label scraped pods differently. The defaults match the
+chart's PodMonitor and the local cluster's Prometheus relabelling: pods carry `namespace`, `pod`,
+`sglang_deployment`, `sglang_replica`, `sglang_node_rank` and `sglang_component` (`worker` or `router`); SGLang
+metrics come from worker pods, the request counter of the smg router from router pods, GPU utilisation from DCGM's
+exporter (`DCGM_FI_DEV_GPU_UTIL{namespace, pod}`).
+
+Demand (QPS) is read from the router's arrival counter when the router is scraped, else from the workers' finished
+requests: PromQL's `or` picks the first that has series. Finished requests undercount a saturated fleet, and while
+the fleet is at zero only the router can tell that requests are waiting.
+"""
+
+import math
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, fields, replace
+from typing import Any
+
+import requests
+from prometheus_api_client import PrometheusConnect
+from urllib3.util.retry import Retry
+
+from ..api.spec import AutoscalingSpec, AutoscalingWindows
+from .signals import Samples
+
+DEFAULT_TIMEOUT_SECONDS = 5.0
+
+
+@dataclass(frozen=True)
+class Target:
+    """Which deployment to read."""
+
+    namespace: str
+    deployment: str
+
+
+@dataclass(frozen=True)
+class Queries:
+    """Label names and PromQL templates. Templates are `str.format` strings (literal braces doubled) over:
+    `{workers}`, `{routers}`, `{deployment}` (label matchers, without braces), `{namespace}` (the namespace value),
+    `{ns_label}`, `{pod_label}`, and the windows `{rate}`, `{burst}`, `{lookback}`, `{step}`, `{slot}` in seconds."""
+
+    namespace_label: str = "namespace"
+    pod_label: str = "pod"
+    deployment_label: str = "sglang_deployment"
+    component_label: str = "sglang_component"
+    worker_component: str = "worker"
+    router_component: str = "router"
+    step_seconds: int = 15
+    """Resolution of the peak subquery; the scrape interval is a good value."""
+    slot_fallback_seconds: int = 6 * 3600
+    """Longer window for the slot time when the short one has no data (a fleet waking from zero)."""
+
+    demand: str = (
+        "sum(rate(smg_router_requests_total{{{routers}}}[{window}s]))"
+        " or sum(rate(sglang:num_requests_total{{{workers}}}[{window}s]))"
+    )
+    """Request rate; `{window}` is filled with the rate, burst or peak window."""
+    slot: str = (
+        "(sum(rate(sglang:e2e_request_latency_seconds_sum{{{workers}}}[{slot}s]))"
+        " - sum(rate(sglang:queue_time_seconds_sum{{{workers}}}[{slot}s])))"
+        " / sum(rate(sglang:e2e_request_latency_seconds_count{{{workers}}}[{slot}s]))"
+    )
+    running: str = "sum(sglang:num_running_reqs{{{workers}}})"
+    queued: str = "sum(sglang:num_queue_reqs{{{workers}}})"
+    gpu_utilization: str = (
+        'avg(avg by ({ns_label}, {pod_label}) (DCGM_FI_DEV_GPU_UTIL{{{ns_label}="{namespace}"}})'
+        " * on ({ns_label}, {pod_label}) group_left ()"
+        " max by ({ns_label}, {pod_label}) (up{{{workers}}} == 1))"
+    )
+    age: str = "time() - max(timestamp(up{{{deployment}}}))"
+    """Seconds since the newest scrape of any of the deployment's pods (a failing target loses its series, so its
+    signals go missing rather than stale)."""
+
+    def render(self, target: Target, windows: AutoscalingWindows) -> dict[str, str]:
+        """The PromQL for each field of `Samples`, in the order they are read (essential ones first)."""
+        base = {
+            self.namespace_label: target.namespace,
+            self.deployment_label: target.deployment,
+        }
+        values = {
+            "workers": _matchers({**base, self.component_label: self.worker_component}),
+            "routers": _matchers({**base, self.component_label: self.router_component}),
+            "deployment": _matchers(base),
+            "namespace": _escape(target.namespace),
+            "ns_label": self.namespace_label,
+            "pod_label": self.pod_label,
+            "rate": windows.rate_seconds,
+            "burst": windows.burst_seconds,
+            "lookback": windows.peak_lookback_seconds,
+            "step": self.step_seconds,
+            "slot": windows.slot_time_seconds,
+        }
+
+        fallback = {**values, "slot": self.slot_fallback_seconds}
+
+        def demand(window: int) -> str:
+            return self.demand.format(**values, window=window)
+
+        return {
+            "age_seconds": self.age.format(**values),
+            "qps": demand(windows.rate_seconds),
+            "qps_burst": demand(windows.burst_seconds),
+            "qps_peak": f"max_over_time(({demand(windows.burst_seconds)})"
+            f"[{windows.peak_lookback_seconds}s:{self.step_seconds}s])",
+            "slot_seconds": f"({self.slot.format(**values)}) or ({self.slot.format(**fallback)})",
+            "running": self.running.format(**values),
+            "queued": self.queued.format(**values),
+            "gpu_utilization": self.gpu_utilization.format(**values),
+        }
+
+    def with_changes(self, **changes: Any) -> "Queries":
+        """A copy with other label names or templates (e.g. `namespace_label="exported_namespace"`)."""
+        unknown = set(changes) - {f.name for f in fields(self)}
+        if unknown:
+            raise ValueError(f"unknown query settings: {sorted(unknown)}")
+        return replace(self, **changes)
+
+
+ESSENTIAL = ("age_seconds", "qps")
+# How several series for one query combine (a custom query may forget its outer aggregation).
+_COMBINE: dict[str, Callable[[list[float]], float]] = {
+    "age_seconds": min,
+    "gpu_utilization": lambda xs: sum(xs) / len(xs),
+}
+
+
+def connect(url: str, timeout_seconds: float = DEFAULT_TIMEOUT_SECONDS) -> PrometheusConnect:
+    """A client that fails fast: one attempt per query (the next interval is the retry)."""
+    return PrometheusConnect(url=url, disable_ssl=False, retry=Retry(total=0), timeout=timeout_seconds)
+
+
+def read_samples(
+    client: PrometheusConnect,
+    target: Target,
+    windows: AutoscalingWindows,
+    queries: Queries | None = None,
+    now: float | None = None,
+    timeout_seconds: float = DEFAULT_TIMEOUT_SECONDS,
+) -> tuple[Samples | None, str | None]:
+    """Read the deployment's signals. Returns (samples, error): samples is None when an essential query (sample
+    age, request rate) failed; error names whatever failed, also when the samples are usable without it."""
+    collected_at = time.time() if now is None else now
+    promql = (queries or Queries()).render(target, windows)
+    values: dict[str, float | None] = dict.fromkeys(promql)
+    errors: list[str] = []
+    for name, query in promql.items():
+        try:
+            values[name] = _value(client.custom_query(query, timeout=timeout_seconds), _COMBINE.get(name, sum))
+        except Exception as e:  # whatever the client or Prometheus does wrong is reported, never raised
+            unreachable = isinstance(e, requests.ConnectionError | requests.Timeout)
+            if unreachable and "timed out" in str(e).lower():
+                error = f"{name} query failed: timed out after {timeout_seconds:g}s"
+            else:
+                error = f"{name} query failed: {type(e).__name__}: {_short(e)}"
+            if name in ESSENTIAL:
+                return None, error
+            errors.append(error)
+            if unreachable:
+                break  # an unreachable or slow Prometheus: do not wait out every remaining query
+    return Samples(collected_at=collected_at, **values), "; ".join(errors) or None
+
+
+def fetch_samples(
+    url: str,
+    namespace: str,
+    name: str,
+    autoscaling: AutoscalingSpec,
+    now: float | None = None,
+    queries: Queries | None = None,
+    timeout_seconds: float = DEFAULT_TIMEOUT_SECONDS,
+) -> tuple[Samples | None, str | None]:
+    """Connect and read in one call (what the autoscaling loop uses); never raises."""
+    try:
+        client = connect(url, timeout_seconds)
+    except Exception as e:  # e.g. a malformed URL
+        return None, f"cannot use Prometheus at {url!r}: {type(e).__name__}: {_short(e)}"
+    return read_samples(client, Target(namespace, name), autoscaling.windows, queries, now, timeout_seconds)
+
+
+def _value(result: Any, combine: Callable[[list[float]], float]) -> float | None:
+    """The number in an instant-vector answer; None for no series or NaN/Inf (e.g. 0/0 with no traffic)."""
+    if not isinstance(result, list):
+        raise ValueError(f"expected a vector, got {type(result).__name__}")
+    numbers = [x for x in (_sample(item) for item in result) if x is not None]
+    return combine(numbers) if numbers else None
+
+
+def _sample(item: Any) -> float | None:
+    try:
+        number = float(item["value"][1])
+    except (KeyError, IndexError, TypeError, ValueError) as e:
+        raise ValueError(f"malformed sample {item!r}") from e
+    return number if math.isfinite(number) else None
+
+
+def _matchers(labels: dict[str, str]) -> str:
+    return ",".join(f'{name}="{_escape(value)}"' for name, value in labels.items())
+
+
+def _escape(value: str) -> str:
+    return value.replace("\\", "\\\\").replace('"', '\\"')
+
+
+def _short(error: BaseException, limit: int = 200) -> str:
+    text = " ".join(str(error).split())
+    return text if len(text) <= limit else text[: limit - 3] + "..."

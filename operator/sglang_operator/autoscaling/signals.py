@@ -1,0 +1,110 @@
+"""Typed values that flow through the autoscaler: what Prometheus said, what the fleet looks like, what was decided.
+
+Plain frozen dataclasses so the policy stays a pure function that tests can drive with literals, and so the policy's
+memory round-trips through `status.autoscaler.state` as JSON.
+"""
+
+import math
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import Any, Literal
+
+Mode = Literal["normal", "panic", "hold"]
+
+
+@dataclass(frozen=True)
+class Samples:
+    """One reading of the fleet's metrics. A field is None when Prometheus had no series for it.
+
+    Request rates come from the demand counter: the router's (arrivals, `smg_router_requests_total`) when it is
+    scraped, else the workers' finished requests (`sglang:num_requests_total`), which undercount a saturated fleet.
+    While the fleet is at zero only the router can report, so its rate is also the wake-up signal.
+    """
+
+    collected_at: float
+    """Operator clock (seconds) when the reading was taken; staleness grows from here."""
+    age_seconds: float | None
+    """Age of the newest scrape at `collected_at`, by Prometheus' clock; None when unknown."""
+    qps: float | None = None
+    """Request rate over `windows.rateSeconds`."""
+    qps_burst: float | None = None
+    """Request rate over the latest `windows.burstSeconds`."""
+    qps_peak: float | None = None
+    """Highest `burstSeconds` rate over the last `windows.peakLookbackSeconds`."""
+    slot_seconds: float | None = None
+    """Mean time a request holds a slot: e2e latency minus queue time (prefill + decode)."""
+    running: float | None = None
+    queued: float | None = None
+    gpu_utilization: float | None = None
+    """Mean GPU utilisation of the workers' GPUs, percent."""
+
+    def with_fields(self, **changes: Any) -> "Samples":
+        """A copy with some fields replaced (tests and simulators build readings step by step)."""
+        values = {name: getattr(self, name) for name in self.__dataclass_fields__}
+        values.update(changes)
+        return Samples(**values)
+
+
+@dataclass(frozen=True)
+class FleetState:
+    """The fleet as the operator sees it when deciding. `desired` counts serving replicas, ready or starting."""
+
+    desired: int
+    ready: int
+    starting: int = 0
+    warm: int = 0
+    """Warm replicas that are ready but not registered with the router (promotable at once)."""
+    gpus_per_replica: int = 1
+    concurrency_per_replica: int = 1
+    """C: requests one replica serves at once (see `capacity.concurrency_per_replica`)."""
+
+
+@dataclass(frozen=True)
+class Recommendation:
+    """One past recommendation: the policy's memory for stabilisation windows."""
+
+    time: float
+    replicas: int
+    """What the steady signals asked for (the queue backlog's share is not remembered)."""
+
+
+@dataclass(frozen=True)
+class Decision:
+    replicas: int
+    """Serving replicas to run (ready + starting)."""
+    reason: str
+    """One short sentence for `status.autoscaler.reason`."""
+    mode: Mode
+    recommendation: int
+    """What the signals alone ask for, before tolerance, stabilisation, step limits and bounds."""
+    metrics_available: bool
+    observed: Mapping[str, float] = field(default_factory=dict)
+    """The signals behind the decision (camelCase keys), for `status.autoscaler.observed`."""
+    warm_replicas: int = 0
+    """Warm replicas to keep started and unregistered."""
+    promote: int = 0
+    """Warm replicas to register now (part of the scale-up, not on top of it)."""
+    history: tuple[Recommendation, ...] = ()
+    """The policy's memory to pass to the next `decide` (see `history_to_state`)."""
+
+
+def history_to_state(history: Sequence[Recommendation]) -> dict[str, Any]:
+    """The policy memory as JSON for `status.autoscaler.state`."""
+    return {"recommendations": [[round(r.time, 3), r.replicas] for r in history]}
+
+
+def history_from_state(state: Mapping[str, Any] | None) -> tuple[Recommendation, ...]:
+    """Parse what `history_to_state` wrote; anything malformed is dropped (the memory is advisory)."""
+    if not state:
+        return ()
+    raw = state.get("recommendations")
+    if not isinstance(raw, list):
+        return ()
+    out: list[Recommendation] = []
+    for item in raw:
+        if not isinstance(item, list | tuple) or len(item) < 2:
+            continue
+        time, replicas = item[0], item[1]
+        if isinstance(time, int | float) and math.isfinite(time) and isinstance(replicas, int) and replicas >= 0:
+            out.append(Recommendation(float(time), replicas))
+    return tuple(sorted(out, key=lambda r: r.time))

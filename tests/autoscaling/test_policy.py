@@ -1,0 +1,313 @@
+"""`decide` driven over time with literal readings: each scenario is a table of (time, fleet, reading, expectation).
+
+C = 32 slots per replica and a 1 s slot time throughout, so one replica carries 32 req/s flat out and 24.6 req/s with
+the default 30 % headroom: 100 req/s asks for ceil(100 x 1.3 / 32) = 5 replicas.
+"""
+
+from dataclasses import dataclass, field
+from typing import Any
+
+import pytest
+
+from sglang_operator.api.spec import AutoscalingSpec
+from sglang_operator.autoscaling.policy import MAX_MEMORY, decide, prune_history
+from sglang_operator.autoscaling.signals import (
+    Decision,
+    FleetState,
+    Recommendation,
+    Samples,
+    history_from_state,
+    history_to_state,
+)
+
+C = 32
+
+
+def reading(
+    qps: float | None,
+    t: float,
+    *,
+    peak: float | None = None,
+    burst: float | None = None,
+    slot: float | None = 1.0,
+    running: float | None = None,
+    queued: float = 0.0,
+    age: float | None = 5.0,
+    gpu: float | None = None,
+) -> Samples:
+    return Samples(
+        collected_at=t,
+        age_seconds=age,
+        qps=qps,
+        qps_burst=burst if burst is not None else qps,
+        qps_peak=peak if peak is not None else qps,
+        slot_seconds=slot,
+        running=running if running is not None else min(qps or 0.0, 1e9) * (slot or 0.0),
+        queued=queued,
+        gpu_utilization=gpu,
+    )
+
+
+@dataclass
+class Step:
+    t: float
+    samples: Samples | None
+    expect: int
+    mode: str = "normal"
+    ready: int | None = None  # default: every desired replica is ready
+    starting: int = 0
+    warm: int = 0
+    promote: int | None = None
+    reason: str | None = None
+
+
+@dataclass
+class Run:
+    spec: AutoscalingSpec
+    desired: int
+    gpus_per_replica: int = 1
+    history: tuple[Recommendation, ...] = ()
+    decisions: list[Decision] = field(default_factory=list)
+
+    def play(self, steps: list[Step]) -> None:
+        for step in steps:
+            ready = step.ready if step.ready is not None else self.desired - step.starting
+            fleet = FleetState(self.desired, ready, step.starting, step.warm, self.gpus_per_replica, C)
+            d = decide(fleet, step.samples, self.spec, self.history, step.t)
+            where = f"t={step.t}: {d.reason}"
+            assert d.replicas == step.expect, where
+            assert d.mode == step.mode, where
+            assert d.metrics_available == (step.mode != "hold"), where
+            if step.promote is not None:
+                assert d.promote == step.promote, where
+            if step.reason is not None:
+                assert step.reason in d.reason, where
+            self.history, self.desired = d.history, d.replicas
+            self.decisions.append(d)
+
+
+def spec(**overrides: Any) -> AutoscalingSpec:
+    return AutoscalingSpec.model_validate({"enabled": True, "maxReplicas": 100, **overrides})
+
+
+def test_step_up_is_fast_but_bounded() -> None:
+    run = Run(spec(), desired=10)
+    run.play(
+        [
+            Step(0, reading(240, 0), 10, reason="holding 10"),  # 9.75 replicas' worth: within tolerance
+            # 600 req/s needs 25; not a panic (18.75 < 2 x 10 ready), so at most max(2 x 10, 10 + 4) = 20 now.
+            Step(15, reading(600, 15), 20, reason="scaling up 10 -> 20"),
+            Step(30, reading(600, 30), 25, ready=10, starting=10),
+            Step(45, reading(600, 45), 25, ready=10, starting=15),
+        ]
+    )
+
+
+def test_burst_enters_panic_and_skips_the_step_limit() -> None:
+    run = Run(spec(), desired=4)
+    run.play(
+        [
+            Step(0, reading(80, 0), 4),
+            # The last 30 s ran at 600 req/s: 19 replicas' worth against 4 ready (>= 2x): panic. The peak counts
+            # with the 15 % burst headroom: ceil(600 x 1.15 / 32) = 22, at once.
+            Step(15, reading(150, 15, burst=600, peak=600), 22, mode="panic", reason="panic: scaling up 4 -> 22"),
+            # Replicas still starting are capacity on the way: the same burst adds nothing.
+            Step(30, reading(150, 30, burst=600, peak=600), 22, ready=4, starting=18),
+        ]
+    )
+
+
+def test_slow_decline_waits_for_the_scale_down_window() -> None:
+    run = Run(spec(scaleDownTolerance=0.1, windows={"scaleDownStabilizationSeconds": 180}), desired=10)
+    # One reading a minute, falling 20 req/s each time: the recommendations are 10, 9, 9, 8, 6, 5, 5, 5.
+    run.play(
+        [
+            Step(0, reading(240, 0), 10),
+            Step(60, reading(220, 60), 10),
+            Step(120, reading(200, 120), 10),
+            Step(181, reading(180, 181), 9, reason="scaling down 10 -> 9"),  # 10 (t=0) left the window
+            Step(240, reading(160, 240), 9),
+            Step(300, reading(140, 300), 8),
+            Step(361, reading(120, 361), 7),
+            Step(421, reading(120, 421), 6),
+            Step(481, reading(120, 481), 5),
+        ]
+    )
+    assert [d.recommendation for d in run.decisions] == [10, 9, 9, 8, 7, 6, 5, 5, 5]
+
+
+def test_scale_down_has_a_wider_band_than_scale_up() -> None:
+    run = Run(spec(scaleDownTolerance=0.25, windows={"scaleDownStabilizationSeconds": 0}), desired=10)
+    run.play(
+        [
+            Step(0, reading(200, 0), 10),  # 8.1 replicas' worth: within 25 % below 10, keep them
+            Step(15, reading(180, 15), 8, reason="scaling down 10 -> 8"),  # 7.3: beyond the band
+            Step(30, reading(180, 30), 8),
+            Step(45, reading(220, 45), 9, reason="scaling up 8 -> 9"),  # 8.9: more than 10 % above 8
+        ]
+    )
+
+
+def test_flapping_input_gives_steady_output() -> None:
+    run = Run(spec(), desired=6)
+    # Demand alternates between 3 and 6 replicas' worth every interval for ten minutes.
+    steps = [Step(15 * i, reading(70 if i % 2 else 140, 15 * i), 6) for i in range(40)]
+    run.play(steps)
+    assert {d.replicas for d in run.decisions} == {6}
+
+
+def test_a_wide_band_keeps_a_steady_fleet() -> None:
+    run = Run(spec(tolerance=0.25), desired=8)
+    run.play(
+        [
+            Step(0, reading(240, 0), 8),  # 9.75 replicas' worth: within 25 % above 8
+            Step(15, reading(150, 15), 8),  # 6.1: within 25 % below
+            Step(30, reading(250, 30), 11, reason="scaling up 8 -> 11"),  # 10.2: beyond the band
+        ]
+    )
+
+
+def test_noise_within_tolerance_changes_nothing() -> None:
+    run = Run(spec(), desired=5)
+    # 5 replicas carry 123 req/s at 30 % headroom; +-10 % around that is noise.
+    run.play([Step(15 * i, reading(q, 15 * i), 5) for i, q in enumerate([123, 133, 113, 130, 118])])
+
+
+@pytest.mark.parametrize(
+    ("samples", "why"),
+    [
+        (None, "metrics unavailable"),
+        (reading(500, 0, age=90), "metrics are 90s old"),
+        (reading(None, 0), "no request rate"),
+        (reading(500, 0, age=None), "no scrape"),
+        (reading(500, 0, slot=None), "no slot time"),
+    ],
+)
+def test_missing_or_stale_metrics_hold(samples: Samples | None, why: str) -> None:
+    run = Run(spec(), desired=7)
+    run.play([Step(0, samples, 7, mode="hold", reason=why)])
+    assert run.decisions[0].metrics_available is False
+
+
+def test_reading_goes_stale_while_waiting() -> None:
+    # A reading taken 50 s ago that was 20 s old then is 70 s old now (max 60 s).
+    run = Run(spec(), desired=3)
+    run.play([Step(100, reading(0, 50, age=20), 3, mode="hold", reason="70s old")])
+
+
+def test_hold_never_scales_down_but_respects_new_bounds() -> None:
+    run = Run(spec(minReplicas=2, maxReplicas=4), desired=6)
+    run.play([Step(0, None, 4, mode="hold")])  # maxReplicas lowered in the spec: the bound still applies
+    run = Run(spec(minReplicas=3), desired=1)
+    run.play([Step(0, None, 3, mode="hold")])
+
+
+def test_bounds() -> None:
+    run = Run(spec(minReplicas=3, maxReplicas=8), desired=3)
+    run.play(
+        [
+            Step(0, reading(10, 0), 3),  # needs 1: min 3
+            Step(15, reading(1000, 15, burst=1000), 8, mode="panic", reason="bounded to 8"),
+        ]
+    )
+
+
+def test_gpu_budget_caps_replicas_and_warm_replicas_give_way_first() -> None:
+    run = Run(spec(maxGPUs=24, warmReplicas=2), desired=2, gpus_per_replica=4)
+    run.play([Step(0, reading(80, 0), 4)])  # needs 4 (16 GPUs): 2 warm fit in the remaining 8
+    assert run.decisions[-1].warm_replicas == 2
+    run.play([Step(15, reading(1000, 15, burst=1000), 6, mode="panic", reason="bounded to 6")])
+    assert run.decisions[-1].warm_replicas == 0  # 6 x 4 = 24 GPUs: no room left for warm ones
+
+
+def test_starting_replicas_count_as_capacity_on_the_way() -> None:
+    run = Run(spec(), desired=4)
+    run.play(
+        [
+            Step(0, reading(230, 0), 8, reason="scaling up 4 -> 8"),  # needs 10; max(2 x 4, 4 + 4) = 8
+            # Four are still starting: only the two not yet asked for are added, not another six.
+            Step(15, reading(230, 15), 10, ready=4, starting=4),
+            Step(30, reading(230, 30), 10, ready=4, starting=6),
+        ]
+    )
+
+
+def test_warm_replicas_are_promoted_on_scale_up_and_replenished() -> None:
+    run = Run(spec(warmReplicas=2), desired=3)
+    run.play(
+        [
+            Step(0, reading(60, 0), 3, warm=2, promote=0),
+            Step(15, reading(110, 15, burst=110), 5, warm=2, promote=2, reason="promoting 2 warm"),
+            Step(30, reading(150, 30, burst=150), 7, warm=0, promote=0),  # none left to promote: start them
+        ]
+    )
+    assert all(d.warm_replicas == 2 for d in run.decisions)  # the operator keeps (re)starting two warm ones
+
+
+def test_scale_to_zero_and_back() -> None:
+    run = Run(spec(minReplicas=0, windows={"scaleDownStabilizationSeconds": 60}), desired=1)
+    run.play(
+        [
+            Step(0, reading(5, 0), 1),
+            Step(15, reading(0, 15, running=0), 1),  # idle, but 5 req/s was recommended 1 replica 15 s ago
+            Step(61, reading(0, 61, running=0), 0, reason="scaling down 1 -> 0"),
+            # At zero no worker reports anything; the router's rate is the only signal.
+            Step(120, reading(0, 120, slot=None, running=None), 0, ready=0),
+            Step(135, reading(3, 135, slot=None, running=None), 1, mode="panic", ready=0),
+            # The replica is starting and no slot time is known: nothing justifies more, hold.
+            Step(150, reading(3, 150, slot=None, running=None), 1, mode="hold", ready=0, starting=1),
+            Step(270, reading(3, 270), 1),
+        ]
+    )
+
+
+def test_waking_uses_the_slot_time_prometheus_remembers() -> None:
+    run = Run(spec(minReplicas=0, windows={"scaleDownStabilizationSeconds": 0}), desired=0)
+    run.play(
+        [
+            # 100 req/s at the router and a 1 s slot time from the long fallback window: 5 replicas at once.
+            Step(0, reading(100, 0, running=None), 5, mode="panic", ready=0, reason="panic: scaling up 0 -> 5"),
+            Step(15, reading(200, 15, running=None), 9, mode="panic", ready=0, starting=5),
+            # Demand falls before anything is ready: keep what is starting rather than cancel and restart it.
+            Step(30, reading(10, 30, running=None), 9, ready=0, starting=9, reason="until the first replica"),
+        ]
+    )
+
+
+def test_any_traffic_keeps_one_replica() -> None:
+    run = Run(spec(minReplicas=0, windows={"scaleDownStabilizationSeconds": 0}), desired=2)
+    run.play([Step(0, reading(0.01, 0), 1)])
+
+
+def test_backlog_adds_replicas_only_while_it_lasts() -> None:
+    run = Run(spec(windows={"scaleDownStabilizationSeconds": 300}), desired=4)
+    # 90 req/s needs 3.66 replicas, but 4000 requests queue: draining them within the 120 s start-up delay takes
+    # about one more replica (a queue that deep is also a panic: it lifts the step limit).
+    run.play(
+        [
+            Step(0, reading(90, 0, queued=4000), 5, mode="panic", reason="4000 queued"),
+            Step(15, reading(90, 15, queued=3000), 5, ready=4, starting=1),
+            Step(30, reading(90, 30, queued=0), 4),  # drained: the backlog replica goes despite the 300 s window
+        ]
+    )
+
+
+def test_gpu_target_can_only_raise() -> None:
+    run = Run(spec(targets={"gpuUtilization": 50}), desired=4)
+    run.play([Step(0, reading(60, 0, gpu=90), 8)])  # 4 x 90 / 50 = 7.2 -> 8 (the rate alone needs 3)
+    run = Run(spec(targets={"gpuUtilization": 50}), desired=4)
+    run.play([Step(0, reading(90, 0, gpu=10), 4)])  # low GPU never lowers what the rate asks for
+
+
+def test_memory_round_trips_and_stays_small() -> None:
+    rs = spec(windows={"scaleDownStabilizationSeconds": 3000})
+    history = tuple(Recommendation(float(t), 100 - t) for t in range(0, 60))
+    kept = prune_history(history, 60.0, rs)
+    assert len(kept) <= MAX_MEMORY
+    assert max(r.replicas for r in kept) == 100  # merging keeps the maximum
+    assert history_from_state(history_to_state(kept)) == kept
+    assert history_from_state({"recommendations": [[1, 2], [2, "x"], "junk", [3.5, 4], [4, -1]]}) == (
+        Recommendation(1.0, 2),
+        Recommendation(3.5, 4),
+    )
+    assert history_from_state(None) == ()

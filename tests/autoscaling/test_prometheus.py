@@ -1,0 +1,212 @@
+"""`prometheus.py` against a tiny HTTP server on 127.0.0.1 that answers Prometheus' `/api/v1/query` JSON.
+
+The server is a test double for the HTTP layer only: the real client library builds the requests and parses the
+answers. A real Prometheus is exercised by the e2e tests.
+"""
+
+import json
+import threading
+from collections.abc import Callable, Iterator
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from typing import Any
+from urllib.parse import parse_qs, urlparse
+
+import pytest
+
+from sglang_operator.api.spec import AutoscalingSpec, AutoscalingWindows
+from sglang_operator.autoscaling.prometheus import Queries, Target, connect, fetch_samples, read_samples
+
+Answer = tuple[int, Any]  # (HTTP status, JSON body)
+
+
+def vector(*values: str | float) -> Answer:
+    result = [{"metric": {}, "value": [1700000000.0, str(v)]} for v in values]
+    return 200, {"status": "success", "data": {"resultType": "vector", "result": result}}
+
+
+EMPTY = vector()
+
+
+class FakePrometheus:
+    """Answers each query with the first rule whose key occurs in it; records every query."""
+
+    def __init__(self, rules: dict[str, Answer], hang: threading.Event | None = None) -> None:
+        self.rules = rules
+        self.hang = hang
+        self.queries: list[str] = []
+        fake = self
+
+        class Handler(BaseHTTPRequestHandler):
+            def do_GET(self) -> None:
+                url = urlparse(self.path)
+                query = parse_qs(url.query).get("query", [""])[0]
+                fake.queries.append(query)
+                if fake.hang is not None:
+                    fake.hang.wait(10)  # released by the test's teardown
+                status, body = fake.answer(url.path, query)
+                data = json.dumps(body).encode()
+                try:
+                    self.send_response(status)
+                    self.send_header("Content-Type", "application/json")
+                    self.send_header("Content-Length", str(len(data)))
+                    self.end_headers()
+                    self.wfile.write(data)
+                except (BrokenPipeError, ConnectionResetError):
+                    pass  # the client gave up (the timeout test)
+
+            def log_message(self, *args: Any) -> None:
+                pass
+
+        self.server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+        self.url = f"http://127.0.0.1:{self.server.server_address[1]}"
+        self.thread = threading.Thread(target=self.server.serve_forever, args=(0.02,), daemon=True)
+
+    def answer(self, path: str, query: str) -> Answer:
+        if path != "/api/v1/query":
+            return 404, {"status": "error", "error": "not found"}
+        for key, answer in self.rules.items():
+            if key in query:
+                return answer
+        return EMPTY
+
+
+@pytest.fixture
+def prometheus() -> Iterator[Callable[..., FakePrometheus]]:
+    started: list[FakePrometheus] = []
+
+    def start(rules: dict[str, Answer], hang: threading.Event | None = None) -> FakePrometheus:
+        fake = FakePrometheus(rules, hang)
+        fake.thread.start()
+        started.append(fake)
+        return fake
+
+    yield start
+    for fake in started:
+        if fake.hang is not None:
+            fake.hang.set()
+        fake.server.shutdown()
+        fake.server.server_close()
+
+
+# Keys that pick out each default query (see Queries.render).
+HEALTHY = {
+    "time() -": vector(4.5),
+    "max_over_time(": vector(90.0),
+    "[60s]))": vector(42.0),  # the stable rate (router first)
+    "[30s]))": vector(55.0),  # the burst rate
+    "e2e_request_latency_seconds_sum": vector(1.25),
+    "num_running_reqs": vector(40),
+    "num_queue_reqs": vector(3),
+    "DCGM_FI_DEV_GPU_UTIL": vector(71.5),
+}
+TARGET = Target("team-a", "chat")
+WINDOWS = AutoscalingWindows()
+
+
+def test_reads_every_signal(prometheus: Callable[..., FakePrometheus]) -> None:
+    fake = prometheus(HEALTHY)
+    samples, error = read_samples(connect(fake.url, 2), TARGET, WINDOWS, now=1000.0)
+    assert error is None
+    assert samples is not None
+    assert samples.collected_at == 1000.0
+    assert samples.age_seconds == 4.5
+    assert (samples.qps, samples.qps_burst, samples.qps_peak) == (42.0, 55.0, 90.0)
+    assert samples.slot_seconds == 1.25
+    assert (samples.running, samples.queued, samples.gpu_utilization) == (40.0, 3.0, 71.5)
+    assert len(fake.queries) == 8
+
+
+def test_default_queries_select_the_deployment_by_its_pod_labels(prometheus: Callable[..., FakePrometheus]) -> None:
+    fake = prometheus(HEALTHY)
+    read_samples(connect(fake.url, 2), TARGET, WINDOWS)
+    workers = 'namespace="team-a",sglang_deployment="chat",sglang_component="worker"'
+    routers = 'namespace="team-a",sglang_deployment="chat",sglang_component="router"'
+    by_kind = dict(zip(Queries().render(TARGET, WINDOWS), fake.queries, strict=True))
+    assert f"smg_router_requests_total{{{routers}}}[60s]" in by_kind["qps"]
+    assert f"sglang:num_requests_total{{{workers}}}[60s]" in by_kind["qps"]  # fallback without a router
+    assert "[120s:15s]" in by_kind["qps_peak"]
+    assert f"sglang:queue_time_seconds_sum{{{workers}}}[600s]" in by_kind["slot_seconds"]
+    assert 'DCGM_FI_DEV_GPU_UTIL{namespace="team-a"}' in by_kind["gpu_utilization"]
+    assert by_kind["age_seconds"] == 'time() - max(timestamp(up{namespace="team-a",sglang_deployment="chat"}))'
+
+
+def test_label_names_are_configurable(prometheus: Callable[..., FakePrometheus]) -> None:
+    fake = prometheus(HEALTHY)
+    queries = Queries().with_changes(namespace_label="kubernetes_namespace", deployment_label="app_instance")
+    read_samples(connect(fake.url, 2), TARGET, WINDOWS, queries)
+    assert all('kubernetes_namespace="team-a"' in q for q in fake.queries)
+    assert any('app_instance="chat"' in q for q in fake.queries)
+    with pytest.raises(ValueError):
+        Queries().with_changes(no_such_setting="x")
+
+
+def test_label_values_are_escaped() -> None:
+    rendered = Queries().render(Target('we"ird', "x\\y"), WINDOWS)
+    assert 'namespace="we\\"ird"' in rendered["qps"]
+    assert 'sglang_deployment="x\\\\y"' in rendered["qps"]
+
+
+def test_no_series_and_nan_are_missing_values(prometheus: Callable[..., FakePrometheus]) -> None:
+    # A fleet at zero: only the router reports; 0/0 slot time is NaN.
+    fake = prometheus({"time() -": vector(3), "[60s]))": vector(2.0), "e2e_request": vector("NaN")})
+    samples, error = read_samples(connect(fake.url, 2), TARGET, WINDOWS)
+    assert error is None and samples is not None
+    assert samples.qps == 2.0
+    assert samples.slot_seconds is None
+    assert samples.running is None and samples.gpu_utilization is None
+
+
+@pytest.mark.parametrize(
+    ("rules", "message"),
+    [
+        ({"time() -": (500, {"status": "error", "error": "boom"})}, "age_seconds query failed"),
+        ({"[60s]))": (400, {"status": "error", "error": "bad query"})}, "qps query failed"),
+        ({"[60s]))": (200, {"status": "success", "data": {"result": [{"metric": {}}]}})}, "malformed sample"),
+    ],
+)
+def test_essential_failures_give_no_samples(
+    prometheus: Callable[..., FakePrometheus], rules: dict[str, Answer], message: str
+) -> None:
+    fake = prometheus({**HEALTHY, **rules})
+    samples, error = read_samples(connect(fake.url, 2), TARGET, WINDOWS)
+    assert samples is None
+    assert error is not None and message in error
+
+
+def test_optional_failure_keeps_the_rest(prometheus: Callable[..., FakePrometheus]) -> None:
+    fake = prometheus({**HEALTHY, "DCGM_FI_DEV_GPU_UTIL": (400, {"status": "error", "error": "parse error"})})
+    samples, error = read_samples(connect(fake.url, 2), TARGET, WINDOWS)
+    assert samples is not None and samples.qps == 42.0 and samples.gpu_utilization is None
+    assert error is not None and "gpu_utilization query failed" in error
+
+
+def test_timeout_is_reported_not_raised(prometheus: Callable[..., FakePrometheus]) -> None:
+    fake = prometheus(HEALTHY, hang=threading.Event())
+    samples, error = read_samples(connect(fake.url), TARGET, WINDOWS, timeout_seconds=0.2)
+    assert samples is None
+    assert error == "age_seconds query failed: timed out after 0.2s"
+    assert len(fake.queries) == 1  # gave up at once instead of waiting out every query
+
+
+def test_unreachable_prometheus_is_reported(prometheus: Callable[..., FakePrometheus]) -> None:
+    fake = prometheus(HEALTHY)
+    url = fake.url
+    fake.server.shutdown()
+    fake.server.server_close()
+    samples, error = fetch_samples(url, "team-a", "chat", AutoscalingSpec(), now=5.0, timeout_seconds=1)
+    assert samples is None
+    assert error is not None and "ConnectionError" in error
+
+
+def test_fetch_samples_wires_the_spec_windows(prometheus: Callable[..., FakePrometheus]) -> None:
+    fake = prometheus(HEALTHY)
+    spec = AutoscalingSpec.model_validate({"windows": {"rateSeconds": 120, "peakLookbackSeconds": 300}})
+    samples, error = fetch_samples(fake.url, "team-a", "chat", spec, now=5.0)
+    assert error is None and samples is not None
+    assert any("[120s]" in q for q in fake.queries)
+    assert any("[300s:15s]" in q for q in fake.queries)
+
+
+def test_malformed_url_is_reported() -> None:
+    samples, error = fetch_samples("not a url", "team-a", "chat", AutoscalingSpec(), now=5.0, timeout_seconds=1)
+    assert samples is None and error is not None

@@ -1,0 +1,156 @@
+"""`bench/autoscale.py --json` on small synthetic traces in both formats and on short slices of the shipped traces.
+
+The synthetic traces are written here (seeded), so the benchmark is shown to read any file in the two formats, not
+only the shipped ones. Sizes are kept small (C = 8, a peak of 6 replicas) so each run takes a few seconds.
+"""
+
+import json
+import subprocess
+import sys
+from datetime import datetime, timedelta
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import pytest
+
+REPO = Path(__file__).resolve().parents[2]
+BENCH = REPO / "bench" / "autoscale.py"
+SHIPPED = REPO.parent / "shared" / "traces"
+POLICIES = {"sglang-operator", "hpa", "keda", "static-peak", "oracle"}
+SMALL = ["--no-plot"]
+
+
+def poisson(rate: Any, seconds: float, seed: int) -> np.ndarray:
+    """Arrival times of a Poisson process with a time-varying rate (thinning)."""
+    rng = np.random.default_rng(seed)
+    peak = max(rate(t) for t in np.arange(0.0, seconds, 1.0))
+    t = np.cumsum(rng.exponential(1.0 / peak, size=int(peak * seconds * 1.5) + 100))
+    t = t[t < seconds]
+    return t[rng.uniform(0.0, peak, size=len(t)) < np.array([rate(x) for x in t])]
+
+
+def tokens(n: int, seed: int, prompt: float, output: float) -> tuple[np.ndarray, np.ndarray]:
+    rng = np.random.default_rng(seed)
+    return (
+        rng.lognormal(np.log(prompt), 0.8, n).astype(int) + 1,
+        rng.lognormal(np.log(output), 0.8, n).astype(int) + 1,
+    )
+
+
+def write_azure(path: Path, arrivals: np.ndarray, seed: int) -> Path:
+    prompt, output = tokens(len(arrivals), seed, 1500, 120)
+    start = datetime(2024, 5, 1, 9, 0, 0)
+    lines = ["TIMESTAMP,ContextTokens,GeneratedTokens"]
+    for t, p, o in zip(arrivals, prompt, output, strict=True):
+        stamp = (start + timedelta(seconds=float(t))).strftime("%Y-%m-%d %H:%M:%S.%f") + "0"  # seven digits
+        lines.append(f"{stamp},{p},{o}")
+    path.write_text("\n".join(lines) + "\n")
+    return path
+
+
+def write_mooncake(path: Path, arrivals: np.ndarray, seed: int) -> Path:
+    prompt, output = tokens(len(arrivals), seed, 6000, 150)
+    with path.open("w") as f:
+        for t, p, o in zip(arrivals, prompt, output, strict=True):
+            blocks = list(range(-(-int(p) // 512)))
+            f.write(json.dumps({"timestamp": int(t * 1000), "input_length": int(p), "output_length": int(o),
+                                "hash_ids": blocks}) + "\n")  # fmt: skip
+    return path
+
+
+def run_bench(trace: Path, *extra: str) -> dict[str, Any]:
+    out = subprocess.run(
+        [sys.executable, str(BENCH), "--trace", str(trace), "--json", *extra],
+        capture_output=True,
+        text=True,
+        timeout=120,
+        check=True,
+    )
+    report: dict[str, Any] = json.loads(out.stdout)
+    return report
+
+
+def assert_shape(report: dict[str, Any], trace_name: str) -> None:
+    assert report["trace"] == trace_name
+    assert set(report["policies"]) >= POLICIES
+    for name, row in report["policies"].items():
+        assert set(row) >= {"replica_hours", "slo_miss_pct", "scale_events"}, name
+        assert row["replica_hours"] > 0 and 0 <= row["slo_miss_pct"] <= 100 and row["scale_events"] >= 0, name
+    assert report["policies"]["static-peak"]["scale_events"] == 0
+
+
+def assert_dominates(report: dict[str, Any]) -> None:
+    ours = report["policies"]["sglang-operator"]
+    for baseline in ("hpa", "keda"):
+        other = report["policies"][baseline]
+        no_worse = ours["replica_hours"] <= other["replica_hours"] and ours["slo_miss_pct"] <= other["slo_miss_pct"]
+        better = ours["replica_hours"] < other["replica_hours"] or ours["slo_miss_pct"] < other["slo_miss_pct"]
+        assert no_worse and better, f"{baseline}: ours {ours} vs {other}"
+    assert report["dominates"] == {"hpa": True, "keda": True}
+
+
+def swing(t: float) -> float:
+    """A compressed day: 40 minutes from night to peak and back (1 to 7 req/s before replay)."""
+    return float(1.0 + 6.0 * np.sin(np.pi * t / 2400) ** 2)
+
+
+def test_daily_swing_in_azure_format(tmp_path: Path) -> None:
+    arrivals = poisson(swing, 2400, seed=1)
+    trace = write_azure(tmp_path / "swing.csv", arrivals, seed=2)
+    report = run_bench(trace, *SMALL)
+    assert_shape(report, "swing.csv")
+    assert report["requests"] == len(arrivals) * report["scale"]
+    assert_dominates(report)
+
+
+def test_daily_swing_in_mooncake_format_beats_the_hpa_frontier(tmp_path: Path) -> None:
+    # Requests in pairs with equal timestamps (Mooncake's batches). Here the policy pays slightly more than HPA
+    # for far fewer misses, so compare at equal cost: HPA re-run at other targets, interpolated to our hours.
+    base = poisson(swing, 2400, seed=1)
+    trace = write_mooncake(tmp_path / "swing.jsonl", np.repeat(base[::2], 2), seed=2)
+    report = run_bench(trace, "--frontier", *SMALL)
+    assert_shape(report, "swing.jsonl")
+    at_equal_cost = report["frontier"]["hpa_miss_pct_at_our_replica_hours"]
+    assert at_equal_cost is not None
+    assert report["policies"]["sglang-operator"]["slo_miss_pct"] < at_equal_cost
+
+
+@pytest.mark.xfail(
+    strict=True,
+    reason="known gap (docs/autoscaling.md): a sudden 3x step overloads every reactive fleet for a start-up "
+    "delay; the policy drains the backlog sooner (fewer misses) but pays more replica-hours than HPA/KEDA",
+)
+def test_step_change_dominance(tmp_path: Path) -> None:
+    arrivals = poisson(lambda t: 9.0 if 180 <= t < 480 else 3.0, 720, seed=5)
+    report = run_bench(write_azure(tmp_path / "step.csv", arrivals, seed=6), *SMALL)
+    assert_shape(report, "step.csv")
+    assert_dominates(report)
+
+
+def test_options_compress_and_slice(tmp_path: Path) -> None:
+    arrivals = poisson(lambda t: 2.0, 600, seed=5)
+    trace = write_azure(tmp_path / "flat.csv", arrivals, seed=6)
+    report = run_bench(trace, "--scale", "2", "--time-scale", "2", "--max-seconds", "120", *SMALL)
+    assert report["scale"] == 2
+    # Twice as fast, first 120 s: the requests of the trace's first 240 s, each replayed twice.
+    assert report["requests"] == 2 * int(np.sum((arrivals - arrivals[0]) / 2 <= 120))
+
+
+@pytest.mark.skipif(not SHIPPED.is_dir(), reason="the shared traces are not on this machine")
+@pytest.mark.parametrize("name", ["AzureLLMInferenceTrace_code.csv", "mooncake_synthetic_trace.jsonl"])
+def test_shipped_trace_slice_shape(name: str) -> None:
+    report = run_bench(SHIPPED / name, "--max-seconds", "600", "--no-plot")
+    assert_shape(report, name)
+    assert report["policies"]["oracle"]["replica_hours"] <= report["policies"]["static-peak"]["replica_hours"]
+
+
+@pytest.mark.skipif(not SHIPPED.is_dir(), reason="the shared traces are not on this machine")
+@pytest.mark.xfail(
+    strict=True,
+    reason="known gap (docs/autoscaling.md): on the first ten minutes of the shipped traces the policy does not "
+    "dominate HPA/KEDA (Azure: it pays for bursts shorter than the start-up delay; Mooncake: the same decisions)",
+)
+@pytest.mark.parametrize("name", ["AzureLLMInferenceTrace_code.csv", "mooncake_synthetic_trace.jsonl"])
+def test_shipped_trace_slice_dominance(name: str) -> None:
+    assert_dominates(run_bench(SHIPPED / name, "--max-seconds", "600", "--no-plot"))
