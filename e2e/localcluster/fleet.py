@@ -12,7 +12,8 @@ import subprocess
 import sys
 import threading
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
+from concurrent.futures import ThreadPoolExecutor
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -225,15 +226,25 @@ class LoadResult:
 
 
 @contextmanager
-def steady_load(router_url: str, rate_per_s: float, max_requests: int, max_seconds: float) -> Iterator[LoadResult]:
-    """Bounded background load through the router: at most `max_requests`, for at most `max_seconds`."""
+def steady_load(
+    router_url: str,
+    rate_per_s: float,
+    max_requests: int,
+    max_seconds: float,
+    send: Callable[[str, int], requests.Response] | None = None,
+) -> Iterator[LoadResult]:
+    """Bounded background load through the router: at most `max_requests`, for at most `max_seconds`.
+
+    `send(router_url, index)` makes one request; by default a short native `/generate`.
+    """
     result = LoadResult()
     stop = threading.Event()
     lock = threading.Lock()
+    sender = send or (lambda url, index: generate(url, f"request {index} about the weather"))
 
     def one(index: int) -> None:
         try:
-            response = generate(router_url, f"request {index} about the weather")
+            response = sender(router_url, index)
             ok = response.status_code == 200
             detail = f"HTTP {response.status_code}: {response.text[:200]}"
         except requests.RequestException as exc:
@@ -245,15 +256,11 @@ def steady_load(router_url: str, rate_per_s: float, max_requests: int, max_secon
 
     def loop() -> None:
         deadline = time.monotonic() + max_seconds
-        threads: list[threading.Thread] = []
-        while not stop.is_set() and result.sent < max_requests and time.monotonic() < deadline:
-            thread = threading.Thread(target=one, args=(result.sent,), daemon=True)
-            thread.start()
-            threads.append(thread)
-            result.sent += 1
-            stop.wait(1.0 / rate_per_s)
-        for thread in threads:
-            thread.join(timeout=60)
+        with ThreadPoolExecutor(max_workers=32) as pool:
+            while not stop.is_set() and result.sent < max_requests and time.monotonic() < deadline:
+                pool.submit(one, result.sent)
+                result.sent += 1
+                stop.wait(1.0 / rate_per_s)
 
     driver = threading.Thread(target=loop, daemon=True)
     driver.start()

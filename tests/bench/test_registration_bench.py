@@ -7,7 +7,7 @@ the benchmark itself.
 import numpy as np
 import pytest
 
-from bench.registration import (
+from bench.registration_model import (
     WORKER_SELECTOR,
     ChurnEvent,
     PodObs,

@@ -123,6 +123,15 @@ def test_binds_order_read_only_and_subpath() -> None:
     assert script.endswith('exec "$@"')
 
 
+def test_mounts_that_would_hide_the_host_checkout_are_skipped() -> None:
+    binds = [Bind("/tmp/co/state/pods/u/tmp", "/tmp", False), Bind("/tmp/co/state/pods/u/sa", "/run/sa", True)]
+    script = mount_script(binds, "/work", keep_visible=("/tmp/co/.venv",))
+    assert "mount --bind /tmp/co/state/pods/u/tmp /tmp" not in script
+    assert "not mounting /tmp: it would hide /tmp/co/.venv on this host" in script
+    assert "mount --bind /tmp/co/state/pods/u/sa /run/sa" in script
+    assert "mount --bind /tmp/x /tmpfoo" in mount_script([Bind("/tmp/x", "/tmpfoo", False)], "/w", ("/tmp/co",))
+
+
 def test_etc_hosts() -> None:
     p = pod([])
     p["spec"]["hostAliases"] = [{"ip": "127.1.0.2", "hostnames": ["leader"]}]

@@ -21,12 +21,14 @@ import os
 import shlex
 import signal
 import subprocess
+import sys
 from collections.abc import Mapping, Sequence
 from dataclasses import asdict, dataclass
 from pathlib import Path
 
 from localcluster.nodeagent.layout import read_json, write_json
 from localcluster.nodeagent.volumes import Bind
+from localcluster.paths import REPO_ROOT
 
 KILL_WAIT_S = 5.0
 
@@ -90,11 +92,27 @@ def namespaces_supported() -> bool:
     return done.returncode == 0
 
 
-def mount_script(binds: Sequence[Bind], workdir: str) -> str:
-    """The shell run inside the new mount namespace before `exec "$@"` (pure)."""
+def _hides(target: str, path: str) -> bool:
+    target = target.rstrip("/") or "/"
+    return path == target or path.startswith(target if target == "/" else target + "/")
+
+
+def mount_script(binds: Sequence[Bind], workdir: str, keep_visible: Sequence[str] = ()) -> str:
+    """The shell run inside the new mount namespace before `exec "$@"` (pure).
+
+    A mount whose target would hide a host path the pod still needs (the bind sources, the project and its virtualenv,
+    e.g. an emptyDir on /tmp while the checkout lives under /tmp) is skipped with a note in the container log: here
+    every "container" runs a program of the host's filesystem, so the host path must stay visible.
+    """
+    needed = [*keep_visible, *(bind.source for bind in binds)]
     lines = ["set -e"]
     for bind in binds:
         src, dst = shlex.quote(bind.source), shlex.quote(bind.target)
+        hidden = [path for path in needed if _hides(bind.target, path)]
+        if hidden:
+            note = f"pod-mounts: not mounting {bind.target}: it would hide {hidden[0]} on this host"
+            lines.append(f"echo {shlex.quote(note)} >&2")
+            continue
         lines.append(
             f'if [ -d {src} ]; then mkdir -p {dst}; else mkdir -p "$(dirname {dst})"; [ -e {dst} ] || : > {dst}; fi'
         )
@@ -110,7 +128,7 @@ def mount_script(binds: Sequence[Bind], workdir: str) -> str:
 def command_line(argv: Sequence[str], binds: Sequence[Bind], workdir: str, isolate: bool) -> list[str]:
     if not isolate:
         return list(argv)
-    script = mount_script(binds, workdir)
+    script = mount_script(binds, workdir, keep_visible=(sys.prefix, str(REPO_ROOT)))
     return ["unshare", "--mount", "--propagation", "private", "--", "sh", "-c", script, "pod-mounts", *argv]
 
 
