@@ -48,6 +48,7 @@ def test_drain_waits_for_deregistration_and_zero_in_flight() -> None:
     draining = [replica(0), replica(1, draining=100.0)]
     assert plan_replicas(draining, targets(1), {1: 0}, set(), now=110).delete == []  # still on a router
     assert plan_replicas(draining, targets(1), {1: 3}, {1}, now=110).delete == []  # requests in flight
+    assert plan_replicas(draining, targets(1), {1: 0}, {1}, now=101).delete == []  # still settling
     assert plan_replicas(draining, targets(1), {1: 0}, {1}, now=110).delete == [1]
 
 

@@ -125,11 +125,13 @@ def test_binds_order_read_only_and_subpath() -> None:
 
 def test_mounts_that_would_hide_the_host_checkout_are_skipped() -> None:
     binds = [Bind("/tmp/co/state/pods/u/tmp", "/tmp", False), Bind("/tmp/co/state/pods/u/sa", "/run/sa", True)]
-    script = mount_script(binds, "/work", keep_visible=("/tmp/co/.venv",))
+    script = mount_script(binds, "/work", keep_visible=("/tmp/co",))
     assert "mount --bind /tmp/co/state/pods/u/tmp /tmp" not in script
-    assert "not mounting /tmp: it would hide /tmp/co/.venv on this host" in script
+    assert "not mounting /tmp: it would hide /tmp/co on this host" in script
     assert "mount --bind /tmp/co/state/pods/u/sa /run/sa" in script
     assert "mount --bind /tmp/x /tmpfoo" in mount_script([Bind("/tmp/x", "/tmpfoo", False)], "/w", ("/tmp/co",))
+    # its own source may live below the target (a memory emptyDir under /dev/shm mounted on /dev/shm)
+    assert "mount --bind /dev/shm/p/shm /dev/shm" in mount_script([Bind("/dev/shm/p/shm", "/dev/shm", False)], "/w")
 
 
 def test_etc_hosts() -> None:

@@ -100,15 +100,15 @@ def _hides(target: str, path: str) -> bool:
 def mount_script(binds: Sequence[Bind], workdir: str, keep_visible: Sequence[str] = ()) -> str:
     """The shell run inside the new mount namespace before `exec "$@"` (pure).
 
-    A mount whose target would hide a host path the pod still needs (the bind sources, the project and its virtualenv,
-    e.g. an emptyDir on /tmp while the checkout lives under /tmp) is skipped with a note in the container log: here
+    A mount whose target would hide a host path the pod still needs (the project checkout, which holds the state dir
+    with every volume's source, and the virtualenv: e.g. an emptyDir on /tmp while the checkout lives under /tmp) is
+    skipped with a note in the container log: here
     every "container" runs a program of the host's filesystem, so the host path must stay visible.
     """
-    needed = [*keep_visible, *(bind.source for bind in binds)]
     lines = ["set -e"]
     for bind in binds:
         src, dst = shlex.quote(bind.source), shlex.quote(bind.target)
-        hidden = [path for path in needed if _hides(bind.target, path)]
+        hidden = [path for path in keep_visible if _hides(bind.target, path)]
         if hidden:
             note = f"pod-mounts: not mounting {bind.target}: it would hide {hidden[0]} on this host"
             lines.append(f"echo {shlex.quote(note)} >&2")

@@ -14,6 +14,10 @@ from dataclasses import dataclass, field
 from ..api.spec import UpdateStrategy
 from .observed import ReplicaView
 
+# A request the router dispatched just before the removal may still be in transit to the worker and not yet
+# counted in its load; "nothing in flight" is trusted only after this long.
+DRAIN_SETTLE_SECONDS = 3.0
+
 
 @dataclass(frozen=True)
 class Targets:
@@ -82,7 +86,8 @@ def plan_replicas(
         since = replica.draining_since
         if since is None:
             continue
-        drained = replica.index in deregistered and loads.get(replica.index, 0) == 0
+        settled = now - since >= DRAIN_SETTLE_SECONDS
+        drained = replica.index in deregistered and loads.get(replica.index, 0) == 0 and settled
         if drained or now - since >= targets.strategy.drain_timeout_seconds:
             plan.delete.append(replica.index)
             how = "drained" if drained else f"drain timed out after {targets.strategy.drain_timeout_seconds}s"
