@@ -12,7 +12,6 @@ from datetime import UTC, datetime
 from typing import Any
 
 from kubernetes import client
-from kubernetes.client.exceptions import ApiException
 
 from ..api.constants import ANNOTATION_WARM, GROUP, LABEL_COMPONENT, LABEL_DEPLOYMENT, PLURAL, VERSION
 from ..api.validation import parse_spec
@@ -100,11 +99,6 @@ def autoscale_once(api: client.ApiClient, namespace: str, name: str, now: dateti
     history = history_from_state(previous.get("state"))
     decision = decide(current, samples, spec.autoscaling, history, now.timestamp())
     new = autoscaler_status(previous, decision, now)
-    stamp = (
-        new["lastScaleTime"]
-        if decision.replicas != previous.get("desiredReplicas")
-        else now.strftime("%Y-%m-%dT%H:%M:%SZ")
-    )
     generation = int(body["metadata"].get("generation") or 0)
     metrics = condition(
         "MetricsAvailable",
@@ -112,25 +106,15 @@ def autoscale_once(api: client.ApiClient, namespace: str, name: str, now: dateti
         "MetricsFresh" if decision.metrics_available else "MetricsUnavailable",
         "signals read from Prometheus" if decision.metrics_available else (error or decision.reason),
         generation,
-        stamp,
+        now.strftime("%Y-%m-%dT%H:%M:%SZ"),
     )
     conditions = merge_conditions(list(previous_status.get("conditions") or []), [metrics])
-    unchanged = {k: v for k, v in new.items() if k not in ("lastScaleTime",)} == {
-        k: v for k, v in previous.items() if k not in ("lastScaleTime",)
-    } and conditions == previous_status.get("conditions")
-    if unchanged:
+    if new == previous and conditions == previous_status.get("conditions"):
         return AutoscalePass(decision, False)
     writer = Writer(api)
-    patch = {"autoscaler": new, "conditions": conditions}
-    try:
-        custom.patch_namespaced_custom_object_status(
-            GROUP, VERSION, namespace, PLURAL, name,
-            {"metadata": {"resourceVersion": body["metadata"]["resourceVersion"]}, "status": patch},
-        )  # fmt: skip
-    except ApiException as exc:
-        if exc.status == 409:  # the reconciler wrote status in between: decide again next interval
-            return AutoscalePass(decision, False)
-        raise
+    status = {"autoscaler": new, "conditions": conditions}
+    if not writer.patch_status(namespace, name, status, body["metadata"]["resourceVersion"]):
+        return AutoscalePass(decision, False)  # the reconciler wrote status in between: decide again next interval
     if decision.replicas != previous.get("desiredReplicas"):
         writer.event(body, "Autoscaled", f"desired replicas {previous.get('desiredReplicas')} -> "
                      f"{decision.replicas}: {decision.reason}")  # fmt: skip
