@@ -13,6 +13,7 @@ import json
 import math
 import sys
 import time
+from dataclasses import dataclass
 from pathlib import Path
 
 import numpy as np
@@ -90,16 +91,31 @@ def choose_scale(base: traces.Trace, args: argparse.Namespace) -> int:
     return k
 
 
-def run_trace(path: str, args: argparse.Namespace) -> dict[str, object]:
-    started = time.monotonic()
+@dataclass(frozen=True)
+class Prepared:
+    """One trace made ready for simulation: the replayed requests and everything every policy shares."""
+
+    base: traces.Trace
+    scale: int
+    trace: traces.Trace
+    service: np.ndarray
+    needed: np.ndarray
+    plan: np.ndarray
+    spec: AutoscalingSpec
+    target_qps: float
+    initial: int
+    cfg: SimConfig
+
+
+def prepare(path: str, args: argparse.Namespace) -> Prepared:
+    """Load, slice, compress and replay a trace; derive the oracle's plan, the policy's spec and the baselines'
+    target (the QPS per replica that C and the trace's mean slot time imply at the same headroom, which is what an
+    operator would compute from a load test)."""
     base = traces.window(traces.load(path), args.max_seconds, args.time_scale)
     k = args.scale or choose_scale(base, args)
     tr = traces.replay(base, k, args.jitter, args.seed)
     svc = traces.service_times(tr, args.prefill_tps, args.decode_tps)
-    c = args.concurrency
-    needed = capacity_need(tr.arrivals, svc, c, BIN_S)
-    plan = oracle_plan(needed, BIN_S, args.startup)
-    slo_plan = oracle_plan(slo_need(tr.arrivals, svc, c, args.slo_wait, SLO_BIN_S), SLO_BIN_S, args.startup)
+    needed = capacity_need(tr.arrivals, svc, args.concurrency, BIN_S)
     spec = AutoscalingSpec(
         enabled=True,
         min_replicas=args.min_replicas,
@@ -107,20 +123,34 @@ def run_trace(path: str, args: argparse.Namespace) -> dict[str, object]:
         warm_replicas=args.warm_replicas,
         startup_seconds=int(args.startup),
     )
-    spec = _override(spec, ([f"targets.headroom={args.headroom}"] if args.headroom is not None else []) + args.set)
-    # The baselines' target: the QPS per replica that C and the trace's mean slot time imply at the same headroom,
-    # which is what an operator would compute from a load test.
-    target_qps = c / (float(svc.mean()) * (1.0 + spec.targets.headroom))
-    initial = int(plan[0])
+    spec = override(spec, ([f"targets.headroom={args.headroom}"] if args.headroom is not None else []) + args.set)
+    plan = oracle_plan(needed, BIN_S, args.startup)
+    target_qps = args.concurrency / (float(svc.mean()) * (1.0 + spec.targets.headroom))
+    return Prepared(base, k, tr, svc, needed, plan, spec, target_qps, int(plan[0]), sim_config(tr, svc, args))
+
+
+def baselines(p: Prepared, args: argparse.Namespace) -> list[Controller]:
+    finished = args.baseline_qps == "finished"
+    return [
+        Hpa(p.target_qps, p.initial, args.min_replicas, args.max_replicas, finished=finished),
+        Keda(p.target_qps, p.initial, args.min_replicas, args.max_replicas, finished=finished),
+    ]
+
+
+def run_trace(path: str, args: argparse.Namespace) -> dict[str, object]:
+    started = time.monotonic()
+    p = prepare(path, args)
+    base, k, tr, svc, needed, plan, spec = p.base, p.scale, p.trace, p.service, p.needed, p.plan, p.spec
+    c, target_qps, initial = args.concurrency, p.target_qps, p.initial
+    slo_plan = oracle_plan(slo_need(tr.arrivals, svc, c, args.slo_wait, SLO_BIN_S), SLO_BIN_S, args.startup)
     controllers: list[Controller] = [
         Ours(spec, initial),
-        Hpa(target_qps, initial, args.min_replicas, args.max_replicas, finished=args.baseline_qps == "finished"),
-        Keda(target_qps, initial, args.min_replicas, args.max_replicas, finished=args.baseline_qps == "finished"),
+        *baselines(p, args),
         Static(int(needed.max())),
         Oracle(plan, BIN_S),
         Oracle(slo_plan, SLO_BIN_S, name="slo-oracle"),
     ]
-    cfg = sim_config(tr, svc, args)
+    cfg = p.cfg
     always = {"sglang-operator", "oracle"}
     controllers = [x for x in controllers if args.only is None or x.name in set(args.only) | always]
     results = [simulate(tr.arrivals, svc, ctrl, cfg) for ctrl in controllers]
@@ -181,7 +211,7 @@ def sim_config(tr: traces.Trace, svc: np.ndarray, args: argparse.Namespace) -> S
     )
 
 
-def _override(spec: AutoscalingSpec, assignments: list[str]) -> AutoscalingSpec:
+def override(spec: AutoscalingSpec, assignments: list[str]) -> AutoscalingSpec:
     """Apply FIELD=VALUE overrides (camelCase paths under spec.autoscaling), validated by the spec model."""
     data = spec.model_dump(by_alias=True)
     for item in assignments:
