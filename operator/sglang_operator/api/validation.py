@@ -42,15 +42,38 @@ class Rule:
 
 
 def _at_least(field: str, minimum: int, get: Callable[[SGLangDeploymentSpec], int | float | None], why: str) -> Rule:
-    cel_path = "self" + field.removeprefix("spec")
-    parent, _, leaf = cel_path.rpartition(".")
-    guard = f"!has({parent}.{leaf}) || " if _optional(field) else ""
+    cel_path, guard = _cel_path(field)
     return Rule(
         field=field,
         message=f"must be at least {minimum}: {why}",
         cel=f"{guard}{cel_path} >= {minimum}",
         holds=lambda s: (value := get(s)) is None or value >= minimum,
     )
+
+
+def _between(
+    field: str, low: float, high: float | None, get: Callable[[SGLangDeploymentSpec], float | None], why: str
+) -> Rule:
+    """A float bound: low <= value (< high when given); optional fields may be absent."""
+    cel_path, guard = _cel_path(field)
+    upper = f" && {cel_path} < {high:.1f}" if high is not None else ""
+    return Rule(
+        field=field,
+        message=(
+            f"must be at least {low:g} and below {high:g}: {why}"
+            if high is not None
+            else f"must be at least {low:g}: {why}"
+        ),
+        cel=f"{guard}({cel_path} >= {low:.1f}{upper})",
+        holds=lambda s: (value := get(s)) is None or (low <= value and (high is None or value < high)),
+    )
+
+
+def _cel_path(field: str) -> tuple[str, str]:
+    """The field as CEL under `self` (= .spec), and the `!has(...) || ` guard an optional field needs."""
+    cel_path = "self" + field.removeprefix("spec")
+    parent, _, leaf = cel_path.rpartition(".")
+    return cel_path, (f"!has({parent}.{leaf}) || " if _optional(field) else "")
 
 
 def _optional(field: str) -> bool:
@@ -63,6 +86,7 @@ _OPTIONAL_FIELDS = {
     "spec.autoscaling.maxGPUs",
     "spec.autoscaling.targets.concurrencyPerReplica",
     "spec.autoscaling.targets.gpuUtilization",
+    "spec.autoscaling.scaleDownTolerance",
 }
 
 
@@ -74,6 +98,23 @@ def _port(field: str, get: Callable[[SGLangDeploymentSpec], int]) -> Rule:
         cel=f"{cel_path} >= 1 && {cel_path} <= 65535",
         holds=lambda s: 1 <= get(s) <= 65535,
     )
+
+
+# (field, attribute, minimum, why) of each autoscaling window; rate windows shorter than two scrapes read as no data
+# (the autoscaler then holds), so 1 s is only the floor of what parses as a PromQL range.
+_WINDOW_BOUNDS: tuple[tuple[str, str, int, str], ...] = (
+    ("rateSeconds", "rate_seconds", 1, "it is a PromQL range; keep it at least two scrape intervals."),
+    ("slotTimeSeconds", "slot_time_seconds", 1, "it is a PromQL range; keep it at least two scrape intervals."),
+    ("burstSeconds", "burst_seconds", 1, "it is a PromQL range; keep it at least two scrape intervals."),
+    ("peakLookbackSeconds", "peak_lookback_seconds", 1, "it is a PromQL subquery range."),
+    ("scaleUpStabilizationSeconds", "scale_up_stabilization_seconds", 0, "0 scales up at once."),
+    ("scaleDownStabilizationSeconds", "scale_down_stabilization_seconds", 0, "0 scales down at once."),
+    ("metricsMaxAgeSeconds", "metrics_max_age_seconds", 1, "older samples count as missing."),
+)
+
+
+def _window(name: str, attr: str, minimum: int, why: str) -> Rule:
+    return _at_least(f"spec.autoscaling.windows.{name}", minimum, lambda s: getattr(s.autoscaling.windows, attr), why)
 
 
 _SPANNING = sorted(EP_SPANNING_BACKENDS)
@@ -160,6 +201,47 @@ RULES: tuple[Rule, ...] = (
         lambda s: s.autoscaling.targets.concurrency_per_replica,
         "omit it to derive C from maxRunningRequests.",
     ),
+    _at_least(
+        "spec.autoscaling.maxScaleUpStep",
+        1,
+        lambda s: s.autoscaling.max_scale_up_step,
+        "it is the replicas one interval may add outside panic mode.",
+    ),
+    _at_least(
+        "spec.autoscaling.startupSeconds",
+        1,
+        lambda s: s.autoscaling.startup_seconds,
+        "the policy plans backlogs over the time a new replica takes to become ready.",
+    ),
+    _between(
+        "spec.autoscaling.panicThreshold",
+        1.0,
+        None,
+        lambda s: s.autoscaling.panic_threshold,
+        "panic starts when burst demand reaches this multiple of the ready capacity; a large value disables it.",
+    ),
+    _between(
+        "spec.autoscaling.scaleDownTolerance",
+        0.0,
+        1.0,
+        lambda s: s.autoscaling.scale_down_tolerance,
+        "it is the fraction below the count that demand may fall before a scale-down; omit it to use tolerance.",
+    ),
+    _between(
+        "spec.autoscaling.targets.burstHeadroom",
+        0.0,
+        10.0,
+        lambda s: s.autoscaling.targets.burst_headroom,
+        "it is the spare capacity fraction above the peak burst rate (0.15 = 15 %).",
+    ),
+    _between(
+        "spec.autoscaling.targets.queuePerReplica",
+        0.0,
+        None,
+        lambda s: s.autoscaling.targets.queue_per_replica,
+        "it is the queued requests per ready replica tolerated before the queue adds replicas.",
+    ),
+    *(_window(*bound) for bound in _WINDOW_BOUNDS),
     _port("spec.engine.port", lambda s: s.engine.port),
     _port("spec.router.port", lambda s: s.router.port),
     _port("spec.router.metricsPort", lambda s: s.router.metrics_port),
