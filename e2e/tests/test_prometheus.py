@@ -23,6 +23,8 @@ from kubernetes.client.rest import ApiException
 from localcluster import prometheus
 from localcluster.cluster import ClusterInfo
 from localcluster.procs import wait_for
+from sglang_operator.api.spec import AutoscalingWindows
+from sglang_operator.autoscaling.prometheus import Target, connect, read_samples
 
 DISCOVERY_TIMEOUT_S = 90.0  # SD watch + one 5 s scrape, with room for a loaded 2-core machine
 SGLANG_LABELS = {
@@ -197,3 +199,12 @@ def test_simulator_metrics_are_labelled_by_pod(
         assert labels["pod"] == "sim-0"
         assert labels["node"] == node
         assert {k: labels.get(k) for k in EXPECTED_SERIES_LABELS} == EXPECTED_SERIES_LABELS
+
+
+@pytest.mark.parametrize("down_window", [0, 300])
+def test_every_default_autoscaler_query_is_valid_promql(prom_url: str, down_window: int) -> None:
+    """The real server parses every query the autoscaler sends (the unit tests only see a fake HTTP layer)."""
+    windows = AutoscalingWindows(scale_down_stabilization_seconds=down_window)
+    samples, error = read_samples(connect(prom_url, 5.0), Target("no-such-namespace", "none"), windows)
+    assert error is None and samples is not None
+    assert samples.qps is None and samples.queued_peak is None  # valid queries, no series

@@ -32,6 +32,7 @@ def reading(
     slot: float | None = 1.0,
     running: float | None = None,
     queued: float = 0.0,
+    queued_peak: float | None = None,
     age: float | None = 5.0,
     gpu: float | None = None,
 ) -> Samples:
@@ -44,6 +45,7 @@ def reading(
         slot_seconds=slot,
         running=running if running is not None else min(qps or 0.0, 1e9) * (slot or 0.0),
         queued=queued,
+        queued_peak=queued_peak,
         gpu_utilization=gpu,
     )
 
@@ -134,6 +136,36 @@ def test_slow_decline_waits_for_the_scale_down_window() -> None:
         ]
     )
     assert [d.recommendation for d in run.decisions] == [10, 9, 9, 8, 7, 6, 5, 5, 5]
+
+
+def test_a_fleet_that_never_queued_scales_down_after_the_quiet_window() -> None:
+    # Defaults: a 300 s window, 90 s when no more than queuePerReplica (2) x ready requests queued during it.
+    run = Run(spec(), desired=10)
+    run.play(
+        [
+            Step(0, reading(240, 0, queued_peak=0), 10),
+            Step(15, reading(120, 15, queued_peak=0), 10, reason="holding 10 (recommending 5, 90s"),
+            Step(89, reading(120, 89, queued_peak=0), 10),
+            Step(105, reading(120, 105, queued_peak=12), 5, reason="scaling down 10 -> 5 (no queue in 300s"),
+        ]
+    )
+
+
+def test_a_fleet_that_queued_keeps_the_full_window() -> None:
+    run = Run(spec(), desired=10)
+    run.play(
+        [
+            Step(0, reading(240, 0, queued_peak=25), 10),  # 25 > 2 x 10 ready: capacity was short in the window
+            Step(105, reading(120, 105, queued_peak=25), 10, reason="300s scale-down window"),
+            Step(290, reading(120, 290, queued_peak=25), 10),
+            Step(300, reading(120, 300, queued_peak=25), 5, reason="scaling down 10 -> 5: "),
+        ]
+    )
+
+
+def test_an_unknown_queue_keeps_the_full_window() -> None:
+    run = Run(spec(), desired=10)
+    run.play([Step(0, reading(240, 0), 10), Step(105, reading(120, 105), 10), Step(300, reading(120, 300), 5)])
 
 
 def test_scale_down_has_a_wider_band_than_scale_up() -> None:

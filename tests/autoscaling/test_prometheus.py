@@ -91,6 +91,7 @@ def prometheus() -> Iterator[Callable[..., FakePrometheus]]:
 # Keys that pick out each default query (see Queries.render).
 HEALTHY = {
     "time() -": vector(4.5),
+    "max_over_time((sum(sglang:num_queue_reqs": vector(7),
     "max_over_time(": vector(90.0),
     "[60s]))": vector(42.0),  # the stable rate (router first)
     "[30s]))": vector(55.0),  # the burst rate
@@ -112,8 +113,8 @@ def test_reads_every_signal(prometheus: Callable[..., FakePrometheus]) -> None:
     assert samples.age_seconds == 4.5
     assert (samples.qps, samples.qps_burst, samples.qps_peak) == (42.0, 55.0, 90.0)
     assert samples.slot_seconds == 1.25
-    assert (samples.running, samples.queued, samples.gpu_utilization) == (40.0, 3.0, 71.5)
-    assert len(fake.queries) == 8
+    assert (samples.running, samples.queued, samples.queued_peak, samples.gpu_utilization) == (40.0, 3.0, 7.0, 71.5)
+    assert len(fake.queries) == 9
 
 
 def test_default_queries_select_the_deployment_by_its_pod_labels(prometheus: Callable[..., FakePrometheus]) -> None:
@@ -125,6 +126,10 @@ def test_default_queries_select_the_deployment_by_its_pod_labels(prometheus: Cal
     assert f"smg_router_requests_total{{{routers}}}[60s]" in by_kind["qps"]
     assert f"sglang:num_requests_total{{{workers}}}[60s]" in by_kind["qps"]  # fallback without a router
     assert "[120s:15s]" in by_kind["qps_peak"]
+    assert by_kind["queued_peak"] == f"max_over_time((sum(sglang:num_queue_reqs{{{workers}}}))[300s:15s])"
+    # A zero scale-down window still renders a valid subquery range (one step).
+    no_window = AutoscalingWindows(scale_down_stabilization_seconds=0)
+    assert "[15s:15s]" in Queries().render(TARGET, no_window)["queued_peak"]
     assert f"sglang:queue_time_seconds_sum{{{workers}}}[600s]" in by_kind["slot_seconds"]
     assert 'DCGM_FI_DEV_GPU_UTIL{namespace="team-a"}' in by_kind["gpu_utilization"]
     assert by_kind["age_seconds"] == 'time() - max(timestamp(up{namespace="team-a",sglang_deployment="chat"}))'

@@ -33,14 +33,14 @@ def test_grid_points_match_the_benchmark(tmp_path: Path) -> None:
         "--trace",
         str(flat),
         "--grid",
-        "windows.scaleDownStabilizationSeconds=180,600",
+        "windows.scaleDownStabilizationSeconds=300",
         "--grid",
-        "targets.headroom=0.3",
+        "targets.headroom=0.3,1.0",
     )
     points = report["points"]
     assert [p["set"] for p in points] == [
-        ["windows.scaleDownStabilizationSeconds=180", "targets.headroom=0.3"],
-        ["windows.scaleDownStabilizationSeconds=600", "targets.headroom=0.3"],
+        ["windows.scaleDownStabilizationSeconds=300", "targets.headroom=0.3"],
+        ["windows.scaleDownStabilizationSeconds=300", "targets.headroom=1.0"],
     ]
     for point in points:
         assert set(point["traces"]) == {"step.csv", "flat.jsonl"}
@@ -58,6 +58,6 @@ def test_grid_points_match_the_benchmark(tmp_path: Path) -> None:
         for baseline in ("hpa", "keda"):
             expected = [bench[baseline]["replica_hours"], bench[baseline]["slo_miss_pct"]]
             assert report["baselines"][name][baseline] == expected
-    # The grid really reaches the policy: a 600 s window keeps the step's replicas longer into its quiet tail.
-    longer = points[1]["traces"]["step.csv"]["replica_hours"]
-    assert longer > points[0]["traces"]["step.csv"]["replica_hours"]
+    # The grid reaches the policy, not the baselines: 100 % headroom costs more, against the same HPA and KEDA.
+    for name in ("step.csv", "flat.jsonl"):
+        assert points[1]["traces"][name]["replica_hours"] > points[0]["traces"][name]["replica_hours"]

@@ -179,9 +179,14 @@ class AutoscalingWindows(SpecModel):
         default=0, description="Scale up only to the lowest recommendation of this window (0: at once)."
     )
     scale_down_stabilization_seconds: int = Field(
-        default=180,
-        description="Scale down only to the highest recommendation of this window (about the start-up delay plus "
-        "peakLookbackSeconds: holding an idle replica longer costs more than starting a new one).",
+        default=300,
+        description="Scale down only to the highest recommendation of this window, while the fleet has queued "
+        "requests beyond queuePerReplica in it (HPA's default).",
+    )
+    quiet_scale_down_seconds: int = Field(
+        default=90,
+        description="The shorter scale-down window used when no queue beyond queuePerReplica formed during the "
+        "whole scaleDownStabilizationSeconds: capacity that was never short is released sooner.",
     )
     metrics_max_age_seconds: int = Field(default=60, description="Older samples count as missing (hold).")
 

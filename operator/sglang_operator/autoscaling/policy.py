@@ -14,7 +14,8 @@ How one decision is made (docs/autoscaling.md has the reasons and the benchmark 
 5. Scale-up is fast but bounded per interval (max(100 %, maxScaleUpStep)); panic mode (burst demand at least
    `panicThreshold` x the ready capacity, or nothing ready at all) lifts the bound. Replicas still starting are
    already in the count, so they are capacity on the way. Scale-down goes to the highest steady recommendation of
-   the stabilisation window, never below what the running requests occupy, and not while nothing is ready yet.
+   the stabilisation window (a shorter quiet window when nothing queued during the full one), never below what the
+   running requests occupy, and not while nothing is ready yet.
 6. Bounds: minReplicas/maxReplicas and the GPU budget (warm replicas give way first).
 """
 
@@ -73,7 +74,10 @@ def decide(
     memory = prune_history((*memory, Recommendation(now, steady)), now, spec)
     panic = _panic(current, samples, spec)
     mode: Mode = "panic" if panic and recommendation > current.desired else "normal"
-    target, how = _stabilise(current.desired, recommendation, memory, spec, now, mode, demand.in_flight)
+    down_window, quiet = _scale_down_window(current, samples, spec)
+    target, how = _stabilise(current.desired, recommendation, memory, spec, now, mode, demand.in_flight, down_window)
+    if quiet and target < current.desired:
+        how += f" (no queue in {spec.windows.scale_down_stabilization_seconds}s: {down_window}s window)"
     if current.ready == 0 and target < current.desired:
         target, how = current.desired, f"holding {current.desired} until the first replica is ready"
     replicas = _clamp(target, low, high)
@@ -235,6 +239,23 @@ def _panic(current: FleetState, samples: Samples, spec: AutoscalingSpec) -> bool
     return demand >= spec.panic_threshold * current.ready
 
 
+def _scale_down_window(current: FleetState, samples: Samples, spec: AutoscalingSpec) -> tuple[int, bool]:
+    """The scale-down window, and whether it is the quiet one.
+
+    The full window keeps capacity through the gaps between bursts that queued. A fleet that never queued beyond
+    `queuePerReplica` during the whole window was never short of capacity, so its surplus goes after the shorter
+    quiet window: a declining day pays less, while bursty traffic, which queues, keeps its replicas. With no queue
+    reading (or nothing ready to report one) the full window applies.
+    """
+    full = spec.windows.scale_down_stabilization_seconds
+    peak = samples.queued_peak
+    if current.ready == 0 or peak is None or not _usable(peak):
+        return full, False
+    if peak <= spec.targets.queue_per_replica * current.ready:
+        return min(full, spec.windows.quiet_scale_down_seconds), True
+    return full, False
+
+
 def _stabilise(
     desired: int,
     recommendation: int,
@@ -243,8 +264,9 @@ def _stabilise(
     now: float,
     mode: Mode,
     in_flight: int,
+    window: int,
 ) -> tuple[int, str]:
-    """Apply the scale-up bound/window and the scale-down window; returns the target and how it was reached.
+    """Apply the scale-up bound/window and the `window`-second scale-down window; returns the target and how.
 
     The window remembers steady recommendations only: replicas asked for a queue backlog leave as the backlog does.
     Scaling down never goes below the replicas the running requests occupy right now.
@@ -261,7 +283,6 @@ def _stabilise(
             return desired, f"holding {desired} (scale-up stabilisation)"
         verb = "panic: scaling up" if mode == "panic" else "scaling up"
         return target, f"{verb} {desired} -> {target}"
-    window = spec.windows.scale_down_stabilization_seconds
     highest = max([r.replicas for r in memory if now - r.time < window] + [recommendation, in_flight])
     if highest < desired:
         return highest, f"scaling down {desired} -> {highest}"
@@ -280,6 +301,7 @@ def _observed(samples: Samples | None, now: float, parts: dict[str, float]) -> d
             "slotSeconds": samples.slot_seconds,
             "running": samples.running,
             "queued": samples.queued,
+            "queuedPeak": samples.queued_peak,
             "gpuUtilization": samples.gpu_utilization,
         }
         out.update({k: float(v) for k, v in fields.items() if v is not None and math.isfinite(v)})

@@ -51,7 +51,7 @@ class Queries:
     worker_component: str = "worker"
     router_component: str = "router"
     step_seconds: int = 15
-    """Resolution of the peak subquery; the scrape interval is a good value."""
+    """Resolution of the peak subqueries (request rate, queue); the scrape interval is a good value."""
     slot_fallback_seconds: int = 6 * 3600
     """Longer window for the slot time when the short one has no data (a fleet waking from zero)."""
 
@@ -110,6 +110,8 @@ class Queries:
             "slot_seconds": f"({self.slot.format(**values)}) or ({self.slot.format(**fallback)})",
             "running": self.running.format(**values),
             "queued": self.queued.format(**values),
+            "queued_peak": f"max_over_time(({self.queued.format(**values)})"
+            f"[{max(windows.scale_down_stabilization_seconds, self.step_seconds)}s:{self.step_seconds}s])",
             "gpu_utilization": self.gpu_utilization.format(**values),
         }
 

@@ -35,6 +35,8 @@ class Samples:
     """Mean time a request holds a slot: e2e latency minus queue time (prefill + decode)."""
     running: float | None = None
     queued: float | None = None
+    queued_peak: float | None = None
+    """Most requests queued at once over the last `windows.scaleDownStabilizationSeconds`."""
     gpu_utilization: float | None = None
     """Mean GPU utilisation of the workers' GPUs, percent."""
 
