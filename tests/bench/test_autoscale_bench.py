@@ -59,16 +59,17 @@ def write_mooncake(path: Path, arrivals: np.ndarray, seed: int) -> Path:
     return path
 
 
-def run_bench(trace: Path, *extra: str) -> dict[str, Any]:
+def run_json(script: Path, *args: str) -> dict[str, Any]:
+    """Run a benchmark script with `--json` and parse what it printed."""
     out = subprocess.run(
-        [sys.executable, str(BENCH), "--trace", str(trace), "--json", *extra],
-        capture_output=True,
-        text=True,
-        timeout=120,
-        check=True,
+        [sys.executable, str(script), "--json", *args], capture_output=True, text=True, timeout=120, check=True
     )
     report: dict[str, Any] = json.loads(out.stdout)
     return report
+
+
+def run_bench(trace: Path, *extra: str) -> dict[str, Any]:
+    return run_json(BENCH, "--trace", str(trace), *extra)
 
 
 def assert_shape(report: dict[str, Any], trace_name: str) -> None:

@@ -1,26 +1,15 @@
 """`bench/autoscale_sweep.py --json`: one row per grid point, and the same numbers `bench/autoscale.py` reports."""
 
-import json
-import subprocess
-import sys
 from pathlib import Path
 from typing import Any
 
-from tests.bench.test_autoscale_bench import REPO, poisson, run_bench, write_azure, write_mooncake
+from tests.bench.test_autoscale_bench import REPO, poisson, run_bench, run_json, write_azure, write_mooncake
 
 SWEEP = REPO / "bench" / "autoscale_sweep.py"
 
 
 def run_sweep(*args: str) -> dict[str, Any]:
-    out = subprocess.run(
-        [sys.executable, str(SWEEP), "--json", "--no-plot", *args],
-        capture_output=True,
-        text=True,
-        timeout=120,
-        check=True,
-    )
-    report: dict[str, Any] = json.loads(out.stdout)
-    return report
+    return run_json(SWEEP, "--no-plot", *args)
 
 
 def test_grid_points_match_the_benchmark(tmp_path: Path) -> None:

@@ -180,8 +180,8 @@ class AutoscalingWindows(SpecModel):
     )
     scale_down_stabilization_seconds: int = Field(
         default=300,
-        description="Scale down only to the highest recommendation of this window, while the fleet has queued "
-        "requests beyond queuePerReplica in it (HPA's default).",
+        description="Scale down only to the highest recommendation of this window (HPA's default) when the fleet "
+        "queued beyond queuePerReplica at some point in it; otherwise quietScaleDownSeconds applies.",
     )
     quiet_scale_down_seconds: int = Field(
         default=90,
