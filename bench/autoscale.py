@@ -109,8 +109,9 @@ class Prepared:
 
 def prepare(path: str, args: argparse.Namespace) -> Prepared:
     """Load, slice, compress and replay a trace; derive the oracle's plan, the policy's spec and the baselines'
-    target (the QPS per replica that C and the trace's mean slot time imply at the same headroom, which is what an
-    operator would compute from a load test)."""
+    target: the QPS per replica that C and the trace's mean slot time imply at the spec's default headroom (or
+    --headroom), which is what an operator would compute from a load test. `--set` overrides reach the policy
+    only, so tuning it is always measured against the same HPA and KEDA."""
     base = traces.window(traces.load(path), args.max_seconds, args.time_scale)
     k = args.scale or choose_scale(base, args)
     tr = traces.replay(base, k, args.jitter, args.seed)
@@ -123,9 +124,10 @@ def prepare(path: str, args: argparse.Namespace) -> Prepared:
         warm_replicas=args.warm_replicas,
         startup_seconds=int(args.startup),
     )
-    spec = override(spec, ([f"targets.headroom={args.headroom}"] if args.headroom is not None else []) + args.set)
-    plan = oracle_plan(needed, BIN_S, args.startup)
+    spec = override(spec, [f"targets.headroom={args.headroom}"] if args.headroom is not None else [])
     target_qps = args.concurrency / (float(svc.mean()) * (1.0 + spec.targets.headroom))
+    spec = override(spec, args.set)  # --set tunes the policy only; --headroom moves the baselines' target too
+    plan = oracle_plan(needed, BIN_S, args.startup)
     return Prepared(base, k, tr, svc, needed, plan, spec, target_qps, int(plan[0]), sim_config(tr, svc, args))
 
 

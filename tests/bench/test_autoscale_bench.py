@@ -139,6 +139,21 @@ def test_options_compress_and_slice(tmp_path: Path) -> None:
     assert report["requests"] == 2 * int(np.sum((arrivals - arrivals[0]) / 2 <= 120))
 
 
+def test_set_tunes_the_policy_and_headroom_moves_every_target(tmp_path: Path) -> None:
+    trace = write_azure(tmp_path / "flat.csv", poisson(lambda t: 3.0, 600, seed=9), seed=10)
+    fixed = ("--no-plot", "--scale", "3", "--only", "hpa", "--only", "keda")
+    default = run_bench(trace, *fixed)
+    tuned = run_bench(trace, *fixed, "--set", "targets.headroom=1.0")
+    assert tuned["target_qps_per_replica"] == default["target_qps_per_replica"]
+    for baseline in ("hpa", "keda"):
+        assert tuned["policies"][baseline] == default["policies"][baseline]
+    ours = "sglang-operator"
+    assert tuned["policies"][ours]["replica_hours"] > default["policies"][ours]["replica_hours"]
+    everyone = run_bench(trace, *fixed, "--headroom", "1.0")
+    assert everyone["target_qps_per_replica"] < default["target_qps_per_replica"]
+    assert everyone["policies"][ours] == tuned["policies"][ours]
+
+
 @pytest.mark.skipif(not SHIPPED.is_dir(), reason="the shared traces are not on this machine")
 @pytest.mark.parametrize("name", ["AzureLLMInferenceTrace_code.csv", "mooncake_synthetic_trace.jsonl"])
 def test_shipped_trace_slice_shape(name: str) -> None:
