@@ -57,14 +57,21 @@ from registration_model import (  # bench/ is this script's folder, like autosca
 )
 
 from localcluster import cluster
-from localcluster.fleet import Fleet, LoadResult, OperatorProcess, chat, install_crd, load_example, steady_load
+from localcluster.fleet import (
+    Fleet,
+    LoadResult,
+    OperatorProcess,
+    chat,
+    create_namespace,
+    install_crd,
+    simulated_example,
+    steady_load,
+)
 from localcluster.nodeagent import faults
 from localcluster.nodeagent.testing import wait_ready
 from localcluster.procs import wait_for
 from sglang_operator.api.constants import GROUP, PLURAL, VERSION
 from sglang_operator.api.spec import SGLangDeploymentSpec
-
-SIM_ENV = [{"name": "SGLANG_SIM_STARTUP_SECONDS", "value": "1"}]
 
 
 # -- recording (I/O) ---------------------------------------------------------------------------------------
@@ -281,15 +288,13 @@ def run(args: argparse.Namespace, info: cluster.ClusterInfo) -> dict[str, Any]:
     api = config.new_client_from_config(str(info.kubeconfig))
     core = client.CoreV1Api(api)
     namespace = f"bench-registration-{uuid.uuid4().hex[:5]}"
-    doc = load_example("quickstart.yaml", replicas=args.replicas)
-    doc["spec"]["engine"] = {"env": SIM_ENV}
+    doc = simulated_example("quickstart.yaml", replicas=args.replicas)
     doc["spec"]["router"] = {"replicas": args.routers, "args": ["--log-level", "warn"]}  # 10 Hz polls: no info logs
     spec = SGLangDeploymentSpec.model_validate(doc["spec"])
     operator: OperatorProcess | None = None
     install_crd(api)
-    core.create_namespace({"metadata": {"name": namespace, "labels": {"bench": "registration"}}})
+    create_namespace(core, namespace, {"bench": "registration"})
     try:
-        wait_for(lambda: _exists(core, namespace), 60, f"service account default in {namespace}")
         create(api, discovery_routers(namespace, spec, args.routers))
         log(f"namespace {namespace}: discovery router created; starting the operator")
         operator = OperatorProcess(info.kubeconfig, [namespace], info.state_dir / "logs" / f"operator-{namespace}.log")
@@ -347,16 +352,6 @@ def run(args: argparse.Namespace, info: cluster.ClusterInfo) -> dict[str, Any]:
         }
     finally:
         cleanup(api, namespace, operator)
-
-
-def _exists(core: client.CoreV1Api, namespace: str) -> bool:
-    try:
-        core.read_namespaced_service_account("default", namespace)
-    except ApiException as exc:
-        if exc.status == 404:
-            return False
-        raise
-    return True
 
 
 def _result_json(r: GroupResult) -> dict[str, Any]:

@@ -229,25 +229,22 @@ def _actuate(
     warm_starting: deque[float],
 ) -> tuple[int, int]:
     """Apply a command: promote warm replicas first, start the rest; cancel starting replicas before draining."""
-    current = ready + len(starting)
-    if cmd.serving > current:
-        add = cmd.serving - current
-        promoted = min(add, warm_ready)
-        ready, warm_ready = ready + promoted, warm_ready - promoted
-        starting.extend([t + startup] * (add - promoted))
-    else:
-        remove = current - cmd.serving
-        while remove and starting:
-            starting.pop()
-            remove -= 1
-        ready -= remove
-    warm_total = warm_ready + len(warm_starting)
-    if cmd.warm > warm_total:
-        warm_starting.extend([t + startup] * (cmd.warm - warm_total))
-    else:
-        remove = warm_total - cmd.warm
-        while remove and warm_starting:
-            warm_starting.pop()
-            remove -= 1
-        warm_ready -= remove
+    add = cmd.serving - (ready + len(starting))
+    promoted = max(0, min(add, warm_ready))
+    ready, warm_ready = ready + promoted, warm_ready - promoted
+    ready = _resize(ready, starting, add - promoted, t + startup)
+    warm_ready = _resize(warm_ready, warm_starting, cmd.warm - (warm_ready + len(warm_starting)), t + startup)
     return ready, warm_ready
+
+
+def _resize(ready: int, starting: deque[float], change: int, ready_at: float) -> int:
+    """Grow a pool by starting replicas (ready at `ready_at`) or shrink it, newest starting replicas first;
+    returns the new ready count."""
+    if change > 0:
+        starting.extend([ready_at] * change)
+        return ready
+    remove = -change
+    while remove and starting:
+        starting.pop()
+        remove -= 1
+    return ready - remove

@@ -96,10 +96,38 @@ class OperatorProcess:
                 self.kill()
 
 
+# Simulator workers that load in a second: what the e2e tests and benchmarks run instead of a real engine.
+FAST_SIM_ENV = [{"name": "SGLANG_SIM_STARTUP_SECONDS", "value": "1"}]
+NAMESPACE_READY_TIMEOUT_S = 60.0
+
+
 def load_example(name: str, **spec_overrides: Any) -> dict[str, Any]:
     doc: dict[str, Any] = yaml.safe_load((REPO_ROOT / "examples" / name).read_text())
     doc["spec"].update(spec_overrides)
     return doc
+
+
+def simulated_example(name: str, **spec_overrides: Any) -> dict[str, Any]:
+    """An example from `examples/` whose workers are fast-starting simulators (its other engine fields kept)."""
+    doc = load_example(name, **spec_overrides)
+    doc["spec"]["engine"] = {**doc["spec"].get("engine", {}), "env": FAST_SIM_ENV}
+    return doc
+
+
+def create_namespace(core: client.CoreV1Api, name: str, labels: dict[str, str]) -> None:
+    """Create a namespace and wait until pods can be created in it (its `default` service account exists)."""
+    core.create_namespace(client.V1Namespace(metadata=client.V1ObjectMeta(name=name, labels=labels)))
+
+    def default_service_account() -> bool:
+        try:
+            core.read_namespaced_service_account("default", name)
+        except ApiException as err:
+            if err.status == 404:
+                return False
+            raise
+        return True
+
+    wait_for(default_service_account, NAMESPACE_READY_TIMEOUT_S, f"service account default in {name}")
 
 
 def _pod_ready(pod: Any) -> bool:

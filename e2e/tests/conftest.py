@@ -20,10 +20,9 @@ from kubernetes.client.rest import ApiException
 
 from localcluster import cluster as localcluster
 from localcluster.cluster import ClusterInfo
-from localcluster.procs import wait_for
+from localcluster.fleet import create_namespace
 
 E2E_TESTS = Path(__file__).resolve().parent
-NAMESPACE_READY_TIMEOUT_S = 60.0
 
 
 def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
@@ -58,18 +57,7 @@ def namespace(request: pytest.FixtureRequest, core: client.CoreV1Api) -> Iterato
     """A fresh namespace (ready for pods: its `default` service account exists), deleted afterwards."""
     slug = re.sub(r"[^a-z0-9]+", "-", request.node.name.lower()).strip("-")[:40].strip("-")
     name = f"e2e-{slug}-{uuid.uuid4().hex[:5]}"
-    core.create_namespace(client.V1Namespace(metadata=client.V1ObjectMeta(name=name, labels={"e2e": "true"})))
-
-    def default_sa() -> bool:
-        try:
-            core.read_namespaced_service_account("default", name)
-        except ApiException as err:
-            if err.status == 404:
-                return False
-            raise
-        return True
-
-    wait_for(default_sa, NAMESPACE_READY_TIMEOUT_S, f"service account default in {name}")
+    create_namespace(core, name, {"e2e": "true"})
     yield name
     try:
         core.delete_namespace(name, propagation_policy="Background")

@@ -18,12 +18,19 @@ import requests
 from kubernetes import client
 
 from localcluster.cluster import ClusterInfo
-from localcluster.fleet import Fleet, OperatorProcess, chat, generate, install_crd, load_example, steady_load
+from localcluster.fleet import (
+    FAST_SIM_ENV,
+    Fleet,
+    OperatorProcess,
+    chat,
+    generate,
+    install_crd,
+    simulated_example,
+    steady_load,
+)
 from localcluster.nodeagent import faults
 from localcluster.procs import wait_for
 from sglang_operator.controller.reconcile import Reconciler
-
-SIM_ENV = [{"name": "SGLANG_SIM_STARTUP_SECONDS", "value": "1"}]
 
 
 @pytest.fixture
@@ -41,9 +48,7 @@ def hf_secret(core: client.CoreV1Api, namespace: str) -> None:
 
 
 def llama(replicas: int = 2) -> dict[str, object]:
-    doc = load_example("llama-70b-tp4.yaml", replicas=replicas)
-    doc["spec"]["engine"] = {**doc["spec"]["engine"], "env": SIM_ENV}  # type: ignore[index]
-    return doc
+    return simulated_example("llama-70b-tp4.yaml", replicas=replicas)
 
 
 def assert_no_stale_router_entries(fleet: Fleet) -> None:
@@ -64,9 +69,7 @@ def converge_without_stale_entries(fleet: Fleet, done: Callable[[], bool], what:
 
 
 def quickstart(replicas: int) -> dict[str, Any]:
-    doc = load_example("quickstart.yaml", replicas=replicas)
-    doc["spec"]["engine"] = {"env": SIM_ENV}
-    return doc
+    return simulated_example("quickstart.yaml", replicas=replicas)
 
 
 @pytest.mark.usefixtures("operator", "hf_secret")
@@ -201,7 +204,7 @@ def test_rank1_failure_restarts_the_whole_replica(api_client: client.ApiClient, 
     fleet = Fleet(api_client, namespace, "ds")
     fleet.apply({
         "apiVersion": "sglang.ai/v1alpha1", "kind": "SGLangDeployment", "metadata": {"name": "ds"},
-        "spec": {"model": {"path": "deepseek-ai/DeepSeek-V3"}, "engine": {"env": SIM_ENV},
+        "spec": {"model": {"path": "deepseek-ai/DeepSeek-V3"}, "engine": {"env": FAST_SIM_ENV},
                  "parallelism": {"tp": 16, "attentionDP": 16, "ep": 16, "nnodes": 2}, "replicas": 1},
     })  # fmt: skip
     fleet.wait_ready(1)

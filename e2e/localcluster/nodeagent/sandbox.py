@@ -11,7 +11,7 @@ import base64
 import os
 import shutil
 import time
-from collections.abc import Iterable, Mapping
+from collections.abc import Awaitable, Callable, Iterable, Mapping
 from datetime import datetime
 from pathlib import Path
 from typing import Any
@@ -53,22 +53,26 @@ def as_text(objects: Mapping[str, BinaryData | None]) -> dict[str, Data | None]:
 
 
 async def fetch_secrets(kube: Kube, namespace: str, names: Iterable[str]) -> dict[str, BinaryData | None]:
-    out: dict[str, BinaryData | None] = {}
-    for name in sorted(set(names)):
-        obj = await kube.get_or_none(
-            lambda name=name: kube.core.read_namespaced_secret_without_preload_content(name, namespace)  # type: ignore[misc]
-        )
-        out[name] = None if obj is None else _decode_secret(obj)
-    return out
+    read = kube.core.read_namespaced_secret_without_preload_content
+    return await _fetch(kube, names, lambda name: read(name, namespace), _decode_secret)
 
 
 async def fetch_config_maps(kube: Kube, namespace: str, names: Iterable[str]) -> dict[str, BinaryData | None]:
+    read = kube.core.read_namespaced_config_map_without_preload_content
+    return await _fetch(kube, names, lambda name: read(name, namespace), _decode_config_map)
+
+
+async def _fetch(
+    kube: Kube,
+    names: Iterable[str],
+    read: Callable[[str], Awaitable[aiohttp.ClientResponse]],
+    decode_data: Callable[[Mapping[str, Any]], BinaryData],
+) -> dict[str, BinaryData | None]:
+    """Each named object's data, None for one that does not exist (the pod then waits, as a kubelet does)."""
     out: dict[str, BinaryData | None] = {}
     for name in sorted(set(names)):
-        obj = await kube.get_or_none(
-            lambda name=name: kube.core.read_namespaced_config_map_without_preload_content(name, namespace)  # type: ignore[misc]
-        )
-        out[name] = None if obj is None else _decode_config_map(obj)
+        obj = await kube.get_or_none(lambda name=name: read(name))  # type: ignore[misc]
+        out[name] = None if obj is None else decode_data(obj)
     return out
 
 
