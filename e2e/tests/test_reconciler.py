@@ -100,6 +100,11 @@ def test_scale_by_spec_and_by_scale_subresource(api_client: client.ApiClient, na
     assert fleet.get()["spec"]["replicas"] == 1
     converge_without_stale_entries(fleet, lambda: len(fleet.pods()) == 1, "scale to 1")
     fleet.wait_ready(1)
+    announced = [
+        int(i) for e in client.CoreV1Api(api_client).list_namespaced_event(namespace).items
+        if e.reason == "ScalingDown" for i in e.message.split("[", 1)[1].split("]", 1)[0].split(", ")
+    ]  # fmt: skip
+    assert sorted(announced) == sorted(set(announced)) and len(announced) == 3, announced  # each drain, once
     scale = client.CustomObjectsApi(api_client).get_namespaced_custom_object_scale(
         "sglang.ai", "v1alpha1", namespace, "sglangdeployments", "llama"
     )

@@ -2,6 +2,7 @@
 
 from sglang_operator.api.spec import SGLangDeploymentSpec
 from sglang_operator.controller.observed import ReplicaView, group_replicas
+from sglang_operator.controller.routers import RouterState
 from sglang_operator.controller.status import RouterObservation, compute_status, merge_conditions
 from sglang_operator.router.client import RouterWorker
 from sglang_operator.router.membership import plan_membership
@@ -72,3 +73,14 @@ def test_merge_conditions_keeps_foreign_types() -> None:
     previous = [{"type": "MetricsAvailable", "status": "True", "lastTransitionTime": "t0"}]
     merged = merge_conditions(previous, [{"type": "Ready", "status": "True", "lastTransitionTime": "t1"}])
     assert [c["type"] for c in merged] == ["Ready", "MetricsAvailable"]
+
+
+def test_router_state_tells_listed_somewhere_from_listed_everywhere() -> None:
+    a, b = "http://127.1.0.1:30000", "http://127.1.0.2:30000"
+    state = RouterState(lists={
+        "http://127.2.0.1:30000": [worker("1", a), worker("2", b)],
+        "http://127.2.0.2:30000": [worker("3", a)],  # b's removal already applied here
+    })  # fmt: skip
+    assert state.registered_urls() == {a, b}
+    assert state.listed_everywhere() == {a}
+    assert RouterState().listed_everywhere() == set()

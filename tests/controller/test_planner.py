@@ -2,7 +2,7 @@
 
 from sglang_operator.api.spec import UpdateStrategy
 from sglang_operator.controller.observed import PodView, ReplicaView
-from sglang_operator.controller.planner import Targets, plan_replicas
+from sglang_operator.controller.planner import Event, Targets, plan_replicas
 
 REV, OLD = "new", "old"
 
@@ -29,7 +29,7 @@ def test_scale_up_from_nothing_creates_all_missing() -> None:
 
 def test_steady_state_plans_nothing() -> None:
     plan = plan_replicas([replica(0), replica(1)], targets(2), {}, set(), now=0)
-    assert plan.empty and plan.events == []
+    assert plan.empty and plan.events == [] and plan.drain_event is None
 
 
 def test_new_indices_fill_gaps() -> None:
@@ -42,6 +42,24 @@ def test_scale_in_drains_not_ready_then_least_loaded() -> None:
     plan = plan_replicas(replicas, targets(2), {0: 5, 2: 0, 3: 9}, set(), now=0)
     assert sorted(plan.drain) == [1, 2]
     assert not plan.delete
+
+
+def test_scale_in_event_names_the_drains_that_start() -> None:
+    plan = plan_replicas([replica(0), replica(1), replica(2)], targets(1), {0: 4, 1: 0, 2: 1}, set(), now=0)
+    assert plan.drain_event == Event("ScalingDown", "draining replicas [1, 2] (scale to 1)")
+    plan.drain = [2]  # the reconciler held back 1: a router has not applied its removal yet
+    assert plan.drain_event == Event("ScalingDown", "draining replicas [2] (scale to 1)")
+    plan.drain = []
+    assert plan.drain_event is None  # nothing starts draining on this pass, so nothing is announced
+
+
+def test_removal_under_way_is_chosen_again() -> None:
+    """A replica one router already dropped stays the one to drain, even when it is not the least loaded: picking
+    another would re-register it and start a second removal."""
+    replicas = [replica(0), replica(1), replica(2)]
+    assert plan_replicas(replicas, targets(2), {0: 1, 1: 5, 2: 3}, set(), now=0).drain == [0]
+    plan = plan_replicas(replicas, targets(2), {0: 1, 1: 5, 2: 3}, set(), now=0, off_router=frozenset({1}))
+    assert plan.drain == [1]
 
 
 def test_drain_waits_for_deregistration_and_zero_in_flight() -> None:
@@ -68,6 +86,7 @@ def test_rollout_surges_then_drains_old_keeping_availability() -> None:
     ready = [*old, replica(2)]
     second = plan_replicas(ready, targets(2), {0: 3, 1: 1}, set(), now=0)
     assert second.drain == [1]  # least loaded old replica
+    assert second.drain_event == Event("RollingOut", "draining old-revision replicas [1]")
     assert second.create_active == []  # surge room is used up until the drain finishes
 
 

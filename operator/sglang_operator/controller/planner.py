@@ -42,10 +42,26 @@ class Plan:
     drain: list[int] = field(default_factory=list)
     delete: list[int] = field(default_factory=list)
     events: list[Event] = field(default_factory=list)
+    """Events of everything but the drains, whose event follows `drain` (see `drain_event`)."""
+    drain_reason: str = ""
+    drain_message: str = ""
+    """The drain event's message, with `{replicas}` for the replicas that start draining."""
 
     @property
     def empty(self) -> bool:
         return not (self.create_active or self.create_warm or self.promote or self.drain or self.delete)
+
+    @property
+    def drain_event(self) -> Event | None:
+        """The event for the drains that start on this pass, built from `drain` as it is when posted.
+
+        The reconciler holds back a drain whose removal a router has not confirmed yet (the next pass decides
+        again); deriving the event from the final list means such a replica is announced once, when its drain
+        really starts, not on every pass that waits for the router.
+        """
+        if not self.drain:
+            return None
+        return Event(self.drain_reason, self.drain_message.format(replicas=sorted(self.drain)))
 
 
 def _free_indices(used: Iterable[int]) -> Iterator[int]:
@@ -56,9 +72,16 @@ def _free_indices(used: Iterable[int]) -> Iterator[int]:
         candidate += 1
 
 
-def _removal_order(replicas: list[ReplicaView], loads: Mapping[int, int]) -> list[ReplicaView]:
-    """Not-ready replicas first, then the least loaded, then the newest index."""
-    return sorted(replicas, key=lambda r: (r.ready, loads.get(r.index, 0), -r.index))
+def _removal_order(
+    replicas: list[ReplicaView], loads: Mapping[int, int], off_router: frozenset[int]
+) -> list[ReplicaView]:
+    """Not-ready replicas first, then those some router no longer lists (a removal already under way, or never
+    registered: either way the least traffic), then the least loaded, then the newest index.
+
+    Preferring a removal under way keeps the choice stable from pass to pass: a drain held back until every
+    router confirms it is picked again, instead of another replica (which would re-register the first one).
+    """
+    return sorted(replicas, key=lambda r: (r.ready, r.index not in off_router, loads.get(r.index, 0), -r.index))
 
 
 def plan_replicas(
@@ -67,8 +90,10 @@ def plan_replicas(
     loads: Mapping[int, int],
     deregistered: set[int],
     now: float,
+    off_router: frozenset[int] = frozenset(),
 ) -> Plan:
-    """`loads`: in-flight requests per replica (when known); `deregistered`: replicas absent from every router."""
+    """`loads`: in-flight requests per replica (when known); `deregistered`: replicas absent from every router;
+    `off_router`: replicas absent from at least one router."""
     plan = Plan()
     indices = _free_indices(r.index for r in replicas)
     live: list[ReplicaView] = []
@@ -118,28 +143,25 @@ def plan_replicas(
         creatable = max(0, min(short, surge_room))
         min_ready = targets.active - targets.strategy.max_unavailable
         ready_count = sum(r.ready for r in active) + sum(r.ready for r in old)
-        for replica in _removal_order(old, loads):
+        for replica in _removal_order(old, loads, off_router):
             if not replica.ready:
                 plan.drain.append(replica.index)  # serves nothing, so removing it costs no availability
             elif ready_count - 1 >= min_ready:
                 plan.drain.append(replica.index)
                 ready_count -= 1
-        if plan.drain:
-            plan.events.append(Event("RollingOut", f"draining old-revision replicas {sorted(plan.drain)}"))
+        plan.drain_reason, plan.drain_message = "RollingOut", "draining old-revision replicas {replicas}"
     else:
         creatable = max(short, 0)
-        for replica in _removal_order(active, loads)[: max(-short, 0)]:
+        for replica in _removal_order(active, loads, off_router)[: max(-short, 0)]:
             plan.drain.append(replica.index)
-        if short < 0:
-            plan.events.append(
-                Event("ScalingDown", f"draining replicas {sorted(plan.drain)} (scale to {targets.active})")
-            )
+        plan.drain_reason = "ScalingDown"
+        plan.drain_message = f"draining replicas {{replicas}} (scale to {targets.active})"
 
     plan.create_active = [next(indices) for _ in range(creatable)]
     if creatable:
         plan.events.append(Event("ScalingUp", f"creating replicas {plan.create_active} at revision {targets.revision}"))
     missing_warm = targets.warm - len(warm)
     plan.create_warm = [next(indices) for _ in range(max(missing_warm, 0))]
-    for replica in _removal_order(warm, loads)[: max(-missing_warm, 0)]:
+    for replica in _removal_order(warm, loads, off_router)[: max(-missing_warm, 0)]:
         plan.delete.append(replica.index)
     return plan

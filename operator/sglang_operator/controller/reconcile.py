@@ -141,8 +141,10 @@ class Reconciler:
         routers = observe_routers(router_pods, self._router_api_key(spec, namespace)) if spec.router.enabled else None
         still_listed = routers.registered_urls() if routers is not None else set()
         deregistered = {r.index for r in replicas if r.url is None or r.url not in still_listed}
+        everywhere = routers.listed_everywhere() if routers is not None else set()
+        off_router = frozenset(r.index for r in replicas if r.url is None or r.url not in everywhere)
         plan = plan_replicas(replicas, Targets(active, warm, revision, spec.update_strategy), loads, deregistered,
-                             now.timestamp())  # fmt: skip
+                             now.timestamp(), off_router)  # fmt: skip
 
         by_index = {r.index: r for r in replicas}
         leaving = set(plan.drain) | set(plan.delete)
@@ -157,8 +159,12 @@ class Reconciler:
             router_obs = synced.observation
             for failure in synced.failures:
                 self.writer.event(body, "RegistrationFailed", failure, warning=True)
-            # A replica a router still lists is not drained yet: the next pass decides again.
-            plan.drain = [i for i in plan.drain if by_index[i].url not in synced.unconfirmed_removals]
+            # A replica a router still lists is not drained yet: the next pass decides again (and, preferring
+            # removals under way, picks it again); its drain event is posted when the drain really starts.
+            held = [i for i in plan.drain if by_index[i].url in synced.unconfirmed_removals]
+            if held:
+                log.info("%s/%s: replicas %s wait for a router to apply their removal", namespace, name, held)
+            plan.drain = [i for i in plan.drain if i not in held]
 
         self._apply_plan(spec, owner, revision, replicas, plan, stamp, body)
         status = compute_status(
@@ -198,7 +204,8 @@ class Reconciler:
                 if is_warm:
                     pod["metadata"]["annotations"][ANNOTATION_WARM] = "true"
                 self.writer.create_pod(pod)
-        for event in plan.events:
+        drain_event = plan.drain_event
+        for event in plan.events + ([drain_event] if drain_event else []):
             self.writer.event(body, event.reason, event.message, event.warning)
 
     def _delta(self, before: dict[str, int]) -> dict[str, int]:

@@ -22,7 +22,13 @@ class RouterState:
     api_key: str | None = None
 
     def registered_urls(self) -> set[str]:
+        """URLs at least one router lists."""
         return {worker.url for workers in self.lists.values() for worker in workers}
+
+    def listed_everywhere(self) -> set[str]:
+        """URLs every reachable router lists."""
+        listed = [{worker.url for worker in workers} for workers in self.lists.values()]
+        return set.intersection(*listed) if listed else set()
 
 
 def _ready_router_urls(router_pods: list[dict[str, Any]]) -> list[str]:
