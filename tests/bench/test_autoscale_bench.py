@@ -116,6 +116,14 @@ def test_daily_swing_in_mooncake_format(tmp_path: Path) -> None:
     at_equal_cost = report["frontier"]["hpa_miss_pct_at_our_replica_hours"]
     assert at_equal_cost is not None
     assert report["policies"]["sglang-operator"]["slo_miss_pct"] < at_equal_cost
+    # Static fleets of 1 .. peak + 2: each replica costs the same, and capacity never delays a FIFO start.
+    statics = report["frontier"]["static_points"]
+    assert [p["replicas"] for p in statics] == list(range(1, len(statics) + 1))
+    hours = [p["replica_hours"] for p in statics]
+    assert all(abs(h - hours[0] * (i + 1)) < 1e-3 for i, h in enumerate(hours))
+    misses = [p["slo_miss_pct"] for p in statics]
+    assert misses == sorted(misses, reverse=True) and misses[-1] < misses[0]
+    assert report["frontier"]["static_miss_pct_at_hpa_replica_hours"] is not None
 
 
 @pytest.mark.xfail(
