@@ -141,6 +141,17 @@ def baselines(p: Prepared, args: argparse.Namespace) -> list[Controller]:
     ]
 
 
+def hpa_frontier(p: Prepared, args: argparse.Namespace) -> list[tuple[float, float, float]]:
+    """(headroom, replica-hours, SLO miss %) of HPA at the targets FRONTIER_HEADROOMS imply: its cost/miss line."""
+    points = []
+    for h in FRONTIER_HEADROOMS:
+        target = args.concurrency / (float(p.service.mean()) * (1.0 + h))
+        hpa = Hpa(target, p.initial, args.min_replicas, args.max_replicas, args.baseline_qps == "finished")
+        s = score(simulate(p.trace.arrivals, p.service, hpa, p.cfg), args.slo_wait)
+        points.append((h, s.replica_hours, s.slo_miss_pct))
+    return points
+
+
 def run_trace(path: str, args: argparse.Namespace) -> dict[str, object]:
     started = time.monotonic()
     p = prepare(path, args)
@@ -168,12 +179,7 @@ def run_trace(path: str, args: argparse.Namespace) -> dict[str, object]:
     )
     frontier = None
     if args.frontier:
-        points = []
-        for h in FRONTIER_HEADROOMS:
-            target = c / (float(svc.mean()) * (1.0 + h))
-            hpa = Hpa(target, initial, args.min_replicas, args.max_replicas, args.baseline_qps == "finished")
-            s = score(simulate(tr.arrivals, svc, hpa, cfg), args.slo_wait)
-            points.append((h, s.replica_hours, s.slo_miss_pct))
+        points = hpa_frontier(p, args)
         hpa_line = [(rh, m) for _, rh, m in points]
         statics = []
         for n in range(1, int(needed.max()) + STATIC_ABOVE_PEAK + 1):

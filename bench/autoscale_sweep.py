@@ -7,7 +7,9 @@ Every trace is prepared once (replay, oracle plan, HPA and KEDA runs) with the f
 `bench/autoscale.py`; then the policy runs once per point of the grid (the cartesian product of the --grid values,
 on top of any --set). The baselines keep the target the default headroom implies, so every point is compared
 against the same HPA and KEDA. One row per point: replica-hours / SLO miss % per trace with a mark per baseline
-(Y dominates, c costs more, m misses more, = ties), and how many traces it dominates both on.
+(Y dominates, c costs more, m misses more, = ties) and the misses minus those HPA would have at the same
+replica-hours (HPA re-run at other targets, interpolated; negative is better), then how many traces it dominates
+both baselines on and how many it beats HPA on at equal cost.
 """
 
 import argparse
@@ -19,7 +21,7 @@ from multiprocessing import Pool
 
 import autoscale
 from fleetsim.ours import Ours
-from fleetsim.report import Score, dominates, score
+from fleetsim.report import Score, dominates, interpolate_miss, score
 from fleetsim.sim import simulate
 
 BASELINES = ("hpa", "keda")
@@ -27,11 +29,12 @@ BASELINES = ("hpa", "keda")
 
 @dataclass(frozen=True)
 class Case:
-    """One prepared trace and the baselines' scores on it."""
+    """One prepared trace, the baselines' scores on it and HPA's cost/miss line (HPA at other targets)."""
 
     name: str
     prepared: autoscale.Prepared
     baseline_scores: dict[str, Score]
+    hpa_line: list[tuple[float, float]]
 
 
 def parse_args(argv: list[str] | None) -> tuple[argparse.Namespace, list[list[str]]]:
@@ -62,7 +65,7 @@ def prepare_case(path: str, args: argparse.Namespace) -> Case:
     scores = {}
     for ctrl in autoscale.baselines(p, args):
         scores[ctrl.name] = score(simulate(p.trace.arrivals, p.service, ctrl, p.cfg), args.slo_wait)
-    return Case(p.trace.name, p, scores)
+    return Case(p.trace.name, p, scores, [(rh, m) for _, rh, m in autoscale.hpa_frontier(p, args)])
 
 
 def evaluate(job: tuple[Case, list[str], float]) -> Score:
@@ -73,27 +76,43 @@ def evaluate(job: tuple[Case, list[str], float]) -> Score:
 
 
 def _row(point: list[str], cases: list[Case], scores: list[Score]) -> dict[str, object]:
-    """The JSON row of one grid point: per trace its hours, misses and marks, and the count dominated on both."""
+    """The JSON row of one grid point: per trace its hours, misses, marks and misses minus HPA's at the same hours
+    (negative: better than HPA at equal cost; None outside HPA's measured range); then the count dominated on both
+    baselines, the count better than HPA at equal cost, and the mean of those differences."""
     traces: dict[str, dict[str, object]] = {}
     dominated = 0
+    gaps = []
     for case, ours in zip(cases, scores, strict=True):
         marks = {b: mark(ours, case.baseline_scores[b]) for b in BASELINES}
         dominated += all(m == "Y" for m in marks.values())
+        hpa_there = interpolate_miss(case.hpa_line, ours.replica_hours)
+        gap = None if hpa_there is None else round(ours.slo_miss_pct - hpa_there, 3)
+        if gap is not None:
+            gaps.append(gap)
         traces[case.name] = {
             "replica_hours": round(ours.replica_hours, 4),
             "slo_miss_pct": round(ours.slo_miss_pct, 4),
             "marks": marks,
+            "vs_hpa_at_equal_cost": gap,
         }
-    return {"set": point, "traces": traces, "dominated_traces": dominated}
+    return {
+        "set": point,
+        "traces": traces,
+        "dominated_traces": dominated,
+        "better_at_equal_cost": sum(g < 0 for g in gaps),
+        "mean_vs_hpa_at_equal_cost": round(sum(gaps) / len(gaps), 3) if gaps else None,
+    }
 
 
 def _cells(row: dict[str, object]) -> list[tuple[str, str]]:
     traces = row["traces"]
     assert isinstance(traces, dict)
-    return [
-        (name, f"{t['replica_hours']:.2f}/{t['slo_miss_pct']:.1f} {''.join(t['marks'].values())}")
-        for name, t in traces.items()
-    ]
+    cells = []
+    for name, t in traces.items():
+        gap = t["vs_hpa_at_equal_cost"]
+        versus = "" if gap is None else f" {gap:+.1f}"
+        cells.append((name, f"{t['replica_hours']:.2f}/{t['slo_miss_pct']:.1f} {''.join(t['marks'].values())}{versus}"))
+    return cells
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -119,7 +138,10 @@ def main(argv: list[str] | None = None) -> int:
         )
         print(f"{case.name}: {line}")
     for point, row in zip(points, rows, strict=True):
-        print(f"{row['dominated_traces']}/{len(cases)}  {' '.join(point) or '(defaults)'}")
+        print(
+            f"{row['dominated_traces']}/{len(cases)} dominated, {row['better_at_equal_cost']} better than HPA at "
+            f"equal cost (mean {row['mean_vs_hpa_at_equal_cost']} points)  {' '.join(point) or '(defaults)'}"
+        )
         print("    " + "  ".join(f"{name} {cell}" for name, cell in _cells(row)))
     return 0
 

@@ -36,7 +36,7 @@ def samples_from_scrapes(s: Scrapes, spec: AutoscalingSpec, now: float, concurre
         slot_seconds=slot,
         running=running,
         queued=queued,
-        queued_peak=max(s.queued[len(s.queued) - max(1, s.points(w.scale_down_stabilization_seconds)) :]),
+        queued_peak=max(s.queued[len(s.queued) - max(1, s.points(w.quiet_lookback_seconds)) :]),
         gpu_utilization=100.0 * min(1.0, running / (ready * concurrency)),
         **demand,
     )

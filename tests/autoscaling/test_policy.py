@@ -139,14 +139,15 @@ def test_slow_decline_waits_for_the_scale_down_window() -> None:
 
 
 def test_a_fleet_that_never_queued_scales_down_after_the_quiet_window() -> None:
-    # Defaults: a 300 s window, 90 s when no more than queuePerReplica (2) x ready requests queued during it.
+    # Defaults: a 300 s window, 90 s when no more than queuePerReplica (2) x ready requests queued during the
+    # quiet lookback (600 s; `queued_peak` is Prometheus' max over it).
     run = Run(spec(), desired=10)
     run.play(
         [
             Step(0, reading(240, 0, queued_peak=0), 10),
             Step(15, reading(120, 15, queued_peak=0), 10, reason="holding 10 (recommending 5, 90s"),
             Step(89, reading(120, 89, queued_peak=0), 10),
-            Step(105, reading(120, 105, queued_peak=12), 5, reason="scaling down 10 -> 5 (no queue in 300s"),
+            Step(105, reading(120, 105, queued_peak=12), 5, reason="scaling down 10 -> 5 (no queue in 600s"),
         ]
     )
 
@@ -155,7 +156,7 @@ def test_a_fleet_that_queued_keeps_the_full_window() -> None:
     run = Run(spec(), desired=10)
     run.play(
         [
-            Step(0, reading(240, 0, queued_peak=25), 10),  # 25 > 2 x 10 ready: capacity was short in the window
+            Step(0, reading(240, 0, queued_peak=25), 10),  # 25 > 2 x 10 ready: capacity was short in the lookback
             Step(105, reading(120, 105, queued_peak=25), 10, reason="300s scale-down window"),
             Step(290, reading(120, 290, queued_peak=25), 10),
             Step(300, reading(120, 300, queued_peak=25), 5, reason="scaling down 10 -> 5: "),

@@ -126,10 +126,10 @@ def test_default_queries_select_the_deployment_by_its_pod_labels(prometheus: Cal
     assert f"smg_router_requests_total{{{routers}}}[60s]" in by_kind["qps"]
     assert f"sglang:num_requests_total{{{workers}}}[60s]" in by_kind["qps"]  # fallback without a router
     assert "[120s:15s]" in by_kind["qps_peak"]
-    assert by_kind["queued_peak"] == f"max_over_time((sum(sglang:num_queue_reqs{{{workers}}}))[300s:15s])"
-    # A zero scale-down window still renders a valid subquery range (one step).
-    no_window = AutoscalingWindows(scale_down_stabilization_seconds=0)
-    assert "[15s:15s]" in Queries().render(TARGET, no_window)["queued_peak"]
+    assert by_kind["queued_peak"] == f"max_over_time((sum(sglang:num_queue_reqs{{{workers}}}))[600s:15s])"
+    # A lookback shorter than one step still renders a valid subquery range (one step).
+    short = AutoscalingWindows(quiet_lookback_seconds=5)
+    assert "[15s:15s]" in Queries().render(TARGET, short)["queued_peak"]
     assert f"sglang:queue_time_seconds_sum{{{workers}}}[600s]" in by_kind["slot_seconds"]
     assert 'DCGM_FI_DEV_GPU_UTIL{namespace="team-a"}' in by_kind["gpu_utilization"]
     assert by_kind["age_seconds"] == 'time() - max(timestamp(up{namespace="team-a",sglang_deployment="chat"}))'

@@ -181,12 +181,18 @@ class AutoscalingWindows(SpecModel):
     scale_down_stabilization_seconds: int = Field(
         default=300,
         description="Scale down only to the highest recommendation of this window (HPA's default) when the fleet "
-        "queued beyond queuePerReplica at some point in it; otherwise quietScaleDownSeconds applies.",
+        "queued beyond queuePerReplica at some point of the last quietLookbackSeconds; otherwise "
+        "quietScaleDownSeconds applies.",
     )
     quiet_scale_down_seconds: int = Field(
         default=90,
         description="The shorter scale-down window used when no queue beyond queuePerReplica formed during the "
-        "whole scaleDownStabilizationSeconds: capacity that was never short is released sooner.",
+        "last quietLookbackSeconds: capacity that was never short is released sooner.",
+    )
+    quiet_lookback_seconds: int = Field(
+        default=600,
+        description="How long the fleet must not have queued beyond queuePerReplica before quietScaleDownSeconds "
+        "applies; longer than the troughs of periodic traffic, so their capacity is kept for the next rise.",
     )
     metrics_max_age_seconds: int = Field(default=60, description="Older samples count as missing (hold).")
 

@@ -110,6 +110,7 @@ _WINDOW_BOUNDS: tuple[tuple[str, str, int, str], ...] = (
     ("scaleUpStabilizationSeconds", "scale_up_stabilization_seconds", 0, "0 scales up at once."),
     ("scaleDownStabilizationSeconds", "scale_down_stabilization_seconds", 0, "0 scales down at once."),
     ("quietScaleDownSeconds", "quiet_scale_down_seconds", 0, "0 scales a fleet that never queued down at once."),
+    ("quietLookbackSeconds", "quiet_lookback_seconds", 1, "it is a PromQL subquery range."),
     ("metricsMaxAgeSeconds", "metrics_max_age_seconds", 1, "older samples count as missing."),
 )
 

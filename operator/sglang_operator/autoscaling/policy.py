@@ -14,8 +14,8 @@ How one decision is made (docs/autoscaling.md has the reasons and the benchmark 
 5. Scale-up is fast but bounded per interval (max(100 %, maxScaleUpStep)); panic mode (burst demand at least
    `panicThreshold` x the ready capacity, or nothing ready at all) lifts the bound. Replicas still starting are
    already in the count, so they are capacity on the way. Scale-down goes to the highest steady recommendation of
-   the stabilisation window (a shorter quiet window when nothing queued during the full one), never below what the
-   running requests occupy, and not while nothing is ready yet.
+   the stabilisation window (a shorter quiet window when nothing queued during a longer lookback), never below what
+   the running requests occupy, and not while nothing is ready yet.
 6. Bounds: minReplicas/maxReplicas and the GPU budget (warm replicas give way first).
 """
 
@@ -77,7 +77,7 @@ def decide(
     down_window, quiet = _scale_down_window(current, samples, spec)
     target, how = _stabilise(current.desired, recommendation, memory, spec, now, mode, demand.in_flight, down_window)
     if quiet and target < current.desired:
-        how += f" (no queue in {spec.windows.scale_down_stabilization_seconds}s: {down_window}s window)"
+        how += f" (no queue in {spec.windows.quiet_lookback_seconds}s: {down_window}s window)"
     if current.ready == 0 and target < current.desired:
         target, how = current.desired, f"holding {current.desired} until the first replica is ready"
     replicas = _clamp(target, low, high)
@@ -243,9 +243,11 @@ def _scale_down_window(current: FleetState, samples: Samples, spec: AutoscalingS
     """The scale-down window, and whether it is the quiet one.
 
     The full window keeps capacity through the gaps between bursts that queued. A fleet that never queued beyond
-    `queuePerReplica` during the whole window was never short of capacity, so its surplus goes after the shorter
-    quiet window: a declining day pays less, while bursty traffic, which queues, keeps its replicas. With no queue
-    reading (or nothing ready to report one) the full window applies.
+    `queuePerReplica` during the last `quietLookbackSeconds` was never short of capacity, so its surplus goes
+    after the shorter quiet window: a declining day pays less, while bursty traffic, which queues, keeps its
+    replicas. The lookback is longer than the full window so that periodic traffic keeps its capacity through
+    troughs of a few minutes: a fleet released in the trough meets the next rise a start-up delay short. With no
+    queue reading (or nothing ready to report one) the full window applies.
     """
     full = spec.windows.scale_down_stabilization_seconds
     peak = samples.queued_peak

@@ -111,7 +111,7 @@ class Queries:
             "running": self.running.format(**values),
             "queued": self.queued.format(**values),
             "queued_peak": f"max_over_time(({self.queued.format(**values)})"
-            f"[{max(windows.scale_down_stabilization_seconds, self.step_seconds)}s:{self.step_seconds}s])",
+            f"[{max(windows.quiet_lookback_seconds, self.step_seconds)}s:{self.step_seconds}s])",
             "gpu_utilization": self.gpu_utilization.format(**values),
         }
 

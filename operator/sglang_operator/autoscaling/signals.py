@@ -36,7 +36,7 @@ class Samples:
     running: float | None = None
     queued: float | None = None
     queued_peak: float | None = None
-    """Most requests queued at once over the last `windows.scaleDownStabilizationSeconds`."""
+    """Most requests queued at once over the last `windows.quietLookbackSeconds`."""
     gpu_utilization: float | None = None
     """Mean GPU utilisation of the workers' GPUs, percent."""
 

@@ -1,0 +1,29 @@
+"""`bench/synthetic_traces.py`: the seeded family of shapes, in both formats, readable by the benchmark."""
+
+import subprocess
+import sys
+from pathlib import Path
+
+import numpy as np
+
+from bench.fleetsim.synthetic import SHAPES, poisson
+from bench.fleetsim.traces import load
+
+REPO = Path(__file__).resolve().parents[2]
+
+
+def test_family_is_written_in_both_formats_and_reads_back(tmp_path: Path) -> None:
+    out = subprocess.run(
+        [sys.executable, str(REPO / "bench" / "synthetic_traces.py"), "--out", str(tmp_path)],
+        capture_output=True, text=True, timeout=120, check=True,
+    )  # fmt: skip
+    written = [Path(line) for line in out.stdout.split()]
+    assert sorted(p.name for p in written) == sorted(f"{s.name}{ext}" for s in SHAPES for ext in (".csv", ".jsonl"))
+    for shape in SHAPES:
+        csv, jsonl = load(tmp_path / f"{shape.name}.csv"), load(tmp_path / f"{shape.name}.jsonl")
+        expected = poisson(shape.rate, shape.seconds, shape.seed)
+        assert len(csv.arrivals) == len(expected)
+        np.testing.assert_allclose(csv.arrivals, expected - expected[0], atol=1e-5)  # CSV keeps 0.1 us
+        assert np.all(jsonl.tokens_in > 0) and np.all(jsonl.tokens_out > 0)
+        repeated = np.count_nonzero(np.diff(jsonl.arrivals) == 0)
+        assert (repeated >= len(jsonl.arrivals) // 2 - 1) == shape.batched  # batches: pairs share a timestamp
