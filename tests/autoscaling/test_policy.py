@@ -97,12 +97,22 @@ def test_step_up_is_fast_but_bounded() -> None:
     run.play(
         [
             Step(0, reading(240, 0), 10, reason="holding 10"),  # 9.75 replicas' worth: within tolerance
-            # 600 req/s needs 25; not a panic (18.75 < 2 x 10 ready), so at most max(2 x 10, 10 + 4) = 20 now.
+            # 600 req/s needs 24.4; not a panic (18.75 < 2 x 10 ready), so at most max(2 x 10, 10 + 4) = 20 now.
             Step(15, reading(600, 15), 20, reason="scaling up 10 -> 20"),
-            Step(30, reading(600, 30), 25, ready=10, starting=10),
-            Step(45, reading(600, 45), 25, ready=10, starting=15),
+            # Then the smallest count whose 10 % band holds 24.4 (23 x 1.1 = 25.3), not ceil(24.4) = 25.
+            Step(30, reading(600, 30), 23, ready=10, starting=10),
+            Step(45, reading(600, 45), 23, ready=10, starting=13),
         ]
     )
+
+
+def test_scale_up_stops_at_the_smallest_count_whose_band_holds_the_demand() -> None:
+    # 272 req/s x 1.3 / 32 = 11.05 replicas' worth: just past 10's band (11), within 11's: 11, not ceil = 12.
+    run = Run(spec(), desired=10)
+    run.play([Step(0, reading(272, 0), 11, reason="scaling up 10 -> 11")])
+    # 400 req/s = 16.25: 15 x 1.1 = 16.5 holds it, 14 x 1.1 = 15.4 does not.
+    run = Run(spec(), desired=10)
+    run.play([Step(0, reading(400, 0), 15, reason="scaling up 10 -> 15")])
 
 
 def test_burst_enters_panic_and_skips_the_step_limit() -> None:
@@ -111,10 +121,10 @@ def test_burst_enters_panic_and_skips_the_step_limit() -> None:
         [
             Step(0, reading(80, 0), 4),
             # The last 30 s ran at 600 req/s: 19 replicas' worth against 4 ready (>= 2x): panic. The peak counts
-            # with the 15 % burst headroom: ceil(600 x 1.15 / 32) = 22, at once.
-            Step(15, reading(150, 15, burst=600, peak=600), 22, mode="panic", reason="panic: scaling up 4 -> 22"),
+            # with the 15 % burst headroom: 600 x 1.15 / 32 = 21.6, so 20 (its 10 % band holds 21.6), at once.
+            Step(15, reading(150, 15, burst=600, peak=600), 20, mode="panic", reason="panic: scaling up 4 -> 20"),
             # Replicas still starting are capacity on the way: the same burst adds nothing.
-            Step(30, reading(150, 30, burst=600, peak=600), 22, ready=4, starting=18),
+            Step(30, reading(150, 30, burst=600, peak=600), 20, ready=4, starting=16),
         ]
     )
 
@@ -195,7 +205,7 @@ def test_a_wide_band_keeps_a_steady_fleet() -> None:
         [
             Step(0, reading(240, 0), 8),  # 9.75 replicas' worth: within 25 % above 8
             Step(15, reading(150, 15), 8),  # 6.1: within 25 % below
-            Step(30, reading(250, 30), 11, reason="scaling up 8 -> 11"),  # 10.2: beyond the band
+            Step(30, reading(250, 30), 9, reason="scaling up 8 -> 9"),  # 10.2: beyond 8's band, within 9's
         ]
     )
 
@@ -247,7 +257,7 @@ def test_bounds() -> None:
 
 def test_gpu_budget_caps_replicas_and_warm_replicas_give_way_first() -> None:
     run = Run(spec(maxGPUs=24, warmReplicas=2), desired=2, gpus_per_replica=4)
-    run.play([Step(0, reading(80, 0), 4)])  # needs 4 (16 GPUs): 2 warm fit in the remaining 8
+    run.play([Step(0, reading(80, 0), 3)])  # needs 3.25, within 3's band (12 GPUs): 2 warm fit in the other 12
     assert run.decisions[-1].warm_replicas == 2
     run.play([Step(15, reading(1000, 15, burst=1000), 6, mode="panic", reason="bounded to 6")])
     assert run.decisions[-1].warm_replicas == 0  # 6 x 4 = 24 GPUs: no room left for warm ones
@@ -257,10 +267,10 @@ def test_starting_replicas_count_as_capacity_on_the_way() -> None:
     run = Run(spec(), desired=4)
     run.play(
         [
-            Step(0, reading(230, 0), 8, reason="scaling up 4 -> 8"),  # needs 10; max(2 x 4, 4 + 4) = 8
-            # Four are still starting: only the two not yet asked for are added, not another six.
-            Step(15, reading(230, 15), 10, ready=4, starting=4),
-            Step(30, reading(230, 30), 10, ready=4, starting=6),
+            Step(0, reading(230, 0), 8, reason="scaling up 4 -> 8"),  # needs 9.3 (9); max(2 x 4, 4 + 4) = 8
+            # Four are still starting: only the one not yet asked for is added, not another five.
+            Step(15, reading(230, 15), 9, ready=4, starting=4),
+            Step(30, reading(230, 30), 9, ready=4, starting=5),
         ]
     )
 
@@ -271,7 +281,7 @@ def test_warm_replicas_are_promoted_on_scale_up_and_replenished() -> None:
         [
             Step(0, reading(60, 0), 3, warm=2, promote=0),
             Step(15, reading(110, 15, burst=110), 5, warm=2, promote=2, reason="promoting 2 warm"),
-            Step(30, reading(150, 30, burst=150), 7, warm=0, promote=0),  # none left to promote: start them
+            Step(30, reading(150, 30, burst=150), 6, warm=0, promote=0),  # none left to promote: start one
         ]
     )
     assert all(d.warm_replicas == 2 for d in run.decisions)  # the operator keeps (re)starting two warm ones
@@ -300,9 +310,9 @@ def test_waking_uses_the_slot_time_prometheus_remembers() -> None:
         [
             # 100 req/s at the router and a 1 s slot time from the long fallback window: 5 replicas at once.
             Step(0, reading(100, 0, running=None), 5, mode="panic", ready=0, reason="panic: scaling up 0 -> 5"),
-            Step(15, reading(200, 15, running=None), 9, mode="panic", ready=0, starting=5),
+            Step(15, reading(200, 15, running=None), 8, mode="panic", ready=0, starting=5),
             # Demand falls before anything is ready: keep what is starting rather than cancel and restart it.
-            Step(30, reading(10, 30, running=None), 9, ready=0, starting=9, reason="until the first replica"),
+            Step(30, reading(10, 30, running=None), 8, ready=0, starting=8, reason="until the first replica"),
         ]
     )
 
@@ -327,7 +337,7 @@ def test_backlog_adds_replicas_only_while_it_lasts() -> None:
 
 def test_gpu_target_can_only_raise() -> None:
     run = Run(spec(targets={"gpuUtilization": 50}), desired=4)
-    run.play([Step(0, reading(60, 0, gpu=90), 8)])  # 4 x 90 / 50 = 7.2 -> 8 (the rate alone needs 3)
+    run.play([Step(0, reading(60, 0, gpu=90), 7)])  # 4 x 90 / 50 = 7.2, within 7's band (the rate alone needs 3)
     run = Run(spec(targets={"gpuUtilization": 50}), desired=4)
     run.play([Step(0, reading(90, 0, gpu=10), 4)])  # low GPU never lowers what the rate asks for
 

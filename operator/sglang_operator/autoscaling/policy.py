@@ -143,17 +143,24 @@ def _warm(spec: AutoscalingSpec, serving: int, budget: int | None) -> int:
 
 
 def _tolerate(exact: float, desired: int, spec: AutoscalingSpec) -> int:
-    """ceil(exact), except that demand within the tolerance of a non-zero count keeps that count (HPA).
+    """The count for `exact` fractional replicas: a non-zero count whose tolerance band holds the demand is kept
+    (HPA); above the band, the smallest count whose band holds it; below the band, ceil(exact).
 
     The band can be wider below the count than above it (hysteresis): adding a replica that is not needed costs
-    a little; removing one that is still needed costs a start-up delay of misses.
+    a little; removing one that is still needed costs a start-up delay of misses. Scaling up only to the smallest
+    count that the hold rule would keep, not to ceil(exact) as HPA does, saves the replica that rounding up adds
+    when demand is just past an integer: on the synthetic family it dominated HPA and KEDA on 8 traces of 20
+    instead of 5 (docs/autoscaling.md).
     """
     wanted = ceil_replicas(exact)
     if desired <= 0 or wanted <= 0:
         return wanted
     below = spec.scale_down_tolerance if spec.scale_down_tolerance is not None else spec.tolerance
-    if desired * (1.0 - below) <= exact <= desired * (1.0 + spec.tolerance):
+    above = desired * (1.0 + spec.tolerance)
+    if desired * (1.0 - below) <= exact <= above:
         return desired
+    if exact > above:
+        return max(desired + 1, ceil_replicas(exact / (1.0 + spec.tolerance)))
     return wanted
 
 
