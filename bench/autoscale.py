@@ -152,6 +152,15 @@ def hpa_frontier(p: Prepared, args: argparse.Namespace) -> list[tuple[float, flo
     return points
 
 
+def static_frontier(p: Prepared, args: argparse.Namespace) -> list[tuple[int, float, float]]:
+    """(replicas, replica-hours, SLO miss %) of static fleets from 1 to the oracle's peak + STATIC_ABOVE_PEAK."""
+    points = []
+    for n in range(1, int(p.needed.max()) + STATIC_ABOVE_PEAK + 1):
+        s = score(simulate(p.trace.arrivals, p.service, Static(n, name=f"static-{n}"), p.cfg), args.slo_wait)
+        points.append((n, s.replica_hours, s.slo_miss_pct))
+    return points
+
+
 def run_trace(path: str, args: argparse.Namespace) -> dict[str, object]:
     started = time.monotonic()
     p = prepare(path, args)
@@ -179,12 +188,8 @@ def run_trace(path: str, args: argparse.Namespace) -> dict[str, object]:
     )
     frontier = None
     if args.frontier:
-        points = hpa_frontier(p, args)
+        points, statics = hpa_frontier(p, args), static_frontier(p, args)
         hpa_line = [(rh, m) for _, rh, m in points]
-        statics = []
-        for n in range(1, int(needed.max()) + STATIC_ABOVE_PEAK + 1):
-            s = score(simulate(tr.arrivals, svc, Static(n, name=f"static-{n}"), cfg), args.slo_wait)
-            statics.append((n, s.replica_hours, s.slo_miss_pct))
         static_line = [(rh, m) for _, rh, m in statics]
         hpa_hours = scores["hpa"].replica_hours if "hpa" in scores else None
         frontier = {

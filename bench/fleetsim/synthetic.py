@@ -100,6 +100,10 @@ SHAPES = (
 )
 
 
+def shape_named(name: str) -> Shape:
+    return next(shape for shape in SHAPES if shape.name == name)
+
+
 def write_shape(shape: Shape, out: Path, fmt: str) -> Path:
     """One shape in one format ("azure" or "mooncake"), named after both."""
     arrivals = poisson(shape.rate, shape.seconds, shape.seed)

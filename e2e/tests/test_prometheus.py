@@ -201,10 +201,11 @@ def test_simulator_metrics_are_labelled_by_pod(
         assert {k: labels.get(k) for k in EXPECTED_SERIES_LABELS} == EXPECTED_SERIES_LABELS
 
 
-@pytest.mark.parametrize("down_window", [0, 300])
-def test_every_default_autoscaler_query_is_valid_promql(prom_url: str, down_window: int) -> None:
-    """The real server parses every query the autoscaler sends (the unit tests only see a fake HTTP layer)."""
-    windows = AutoscalingWindows(scale_down_stabilization_seconds=down_window)
+@pytest.mark.parametrize("quiet_lookback", [1, 600])
+def test_every_default_autoscaler_query_is_valid_promql(prom_url: str, quiet_lookback: int) -> None:
+    """The real server parses every query the autoscaler sends (the unit tests only see a fake HTTP layer),
+    including the peak-queue subquery at the shortest lookback validation allows (clamped to one step)."""
+    windows = AutoscalingWindows(quiet_lookback_seconds=quiet_lookback)
     samples, error = read_samples(connect(prom_url, 5.0), Target("no-such-namespace", "none"), windows)
     assert error is None and samples is not None
     assert samples.qps is None and samples.queued_peak is None  # valid queries, no series

@@ -14,7 +14,7 @@ from typing import Any
 import numpy as np
 import pytest
 
-from bench.fleetsim.synthetic import SHAPES, poisson, step, swing, write_azure, write_mooncake, write_shape
+from bench.fleetsim.synthetic import poisson, shape_named, write_azure, write_shape
 
 REPO = Path(__file__).resolve().parents[2]
 BENCH = REPO / "bench" / "autoscale.py"
@@ -56,20 +56,17 @@ def assert_dominates(report: dict[str, Any]) -> None:
 
 
 def test_daily_swing_in_azure_format(tmp_path: Path) -> None:
-    arrivals = poisson(swing, 2400, seed=1)
-    trace = write_azure(tmp_path / "swing.csv", arrivals, seed=2)
-    report = run_bench(trace, *SMALL)
+    swing = shape_named("swing")
+    report = run_bench(write_shape(swing, tmp_path, "azure"), *SMALL)
     assert_shape(report, "swing.csv")
-    assert report["requests"] == len(arrivals) * report["scale"]
+    assert report["requests"] == len(poisson(swing.rate, swing.seconds, swing.seed)) * report["scale"]
     assert_dominates(report)
 
 
 def test_daily_swing_in_mooncake_format(tmp_path: Path) -> None:
     # Requests in pairs with equal timestamps (Mooncake's batches). The policy dominates, and at equal cost
     # (HPA re-run at other targets, interpolated to our hours) HPA would miss far more.
-    base = poisson(swing, 2400, seed=1)
-    trace = write_mooncake(tmp_path / "swing.jsonl", np.repeat(base[::2], 2), seed=2)
-    report = run_bench(trace, "--frontier", *SMALL)
+    report = run_bench(write_shape(shape_named("swing"), tmp_path, "mooncake"), "--frontier", *SMALL)
     assert_shape(report, "swing.jsonl")
     assert_dominates(report)
     at_equal_cost = report["frontier"]["hpa_miss_pct_at_our_replica_hours"]
@@ -88,8 +85,7 @@ def test_daily_swing_in_mooncake_format(tmp_path: Path) -> None:
 def test_periodic_busy_stretches_keep_their_capacity_through_the_troughs(tmp_path: Path) -> None:
     # Five busy minutes, five quiet ones. A fleet released in the trough meets the next rise a start-up delay short
     # (HPA misses over half the requests); the quiet lookback (600 s) keeps it, at the same cost as HPA.
-    shape = next(s for s in SHAPES if s.name == "on-off-300s")
-    report = run_bench(write_shape(shape, tmp_path, "mooncake"), "--frontier", *SMALL)
+    report = run_bench(write_shape(shape_named("on-off-300s"), tmp_path, "mooncake"), "--frontier", *SMALL)
     assert_shape(report, "on-off-300s.jsonl")
     ours = report["policies"]["sglang-operator"]
     at_equal_cost = report["frontier"]["hpa_miss_pct_at_our_replica_hours"]
@@ -103,8 +99,7 @@ def test_periodic_busy_stretches_keep_their_capacity_through_the_troughs(tmp_pat
     "delay; the policy drains the backlog sooner (fewer misses) but pays more replica-hours than HPA/KEDA",
 )
 def test_step_change_dominance(tmp_path: Path) -> None:
-    arrivals = poisson(step, 720, seed=5)
-    report = run_bench(write_azure(tmp_path / "step.csv", arrivals, seed=6), *SMALL)
+    report = run_bench(write_shape(shape_named("step"), tmp_path, "azure"), *SMALL)
     assert_shape(report, "step.csv")
     assert_dominates(report)
 

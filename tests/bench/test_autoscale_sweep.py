@@ -3,7 +3,8 @@
 from pathlib import Path
 from typing import Any
 
-from tests.bench.test_autoscale_bench import REPO, poisson, run_bench, run_json, write_azure, write_mooncake
+from bench.fleetsim.synthetic import poisson, write_azure, write_mooncake
+from tests.bench.test_autoscale_bench import REPO, run_bench, run_json
 
 SWEEP = REPO / "bench" / "autoscale_sweep.py"
 

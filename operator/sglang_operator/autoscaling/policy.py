@@ -149,8 +149,7 @@ def _tolerate(exact: float, desired: int, spec: AutoscalingSpec) -> int:
     The band can be wider below the count than above it (hysteresis): adding a replica that is not needed costs
     a little; removing one that is still needed costs a start-up delay of misses. Scaling up only to the smallest
     count that the hold rule would keep, not to ceil(exact) as HPA does, saves the replica that rounding up adds
-    when demand is just past an integer: on the synthetic family it dominated HPA and KEDA on 8 traces of 20
-    instead of 5 (docs/autoscaling.md).
+    when demand is just past an integer (measured on the synthetic trace family: docs/autoscaling.md).
     """
     wanted = ceil_replicas(exact)
     if desired <= 0 or wanted <= 0:
