@@ -20,12 +20,18 @@ def samples_from_scrapes(s: Scrapes, spec: AutoscalingSpec, now: float, concurre
     """
     if not s.t:
         return None
-    w = spec.windows
+    w, b = spec.windows, spec.bursty_traffic
     demand = {
         "qps": s.rate(s.arrivals, w.rate_seconds),
         "qps_burst": s.rate(s.arrivals, w.burst_seconds),
         "qps_peak": s.peak_rate(s.arrivals, w.burst_seconds, w.peak_lookback_seconds),
     }
+    if b.enabled:
+        demand |= {
+            "bursty_qps": s.rate(s.arrivals, b.rate_seconds),
+            "bursty_qps_burst": s.rate(s.arrivals, b.burst_seconds),
+            "bursty_qps_peak": s.peak_rate(s.arrivals, b.burst_seconds, b.peak_lookback_seconds),
+        }
     slot = _slot_time(s, w.slot_time_seconds) or _slot_time(s, SLOT_FALLBACK_S)
     if s.ready[-1] == 0:  # no worker series but the slot time Prometheus still holds from earlier
         return Samples(collected_at=now, age_seconds=now - s.t[-1], slot_seconds=slot, **demand)

@@ -53,6 +53,10 @@ def autoscaled(cluster: ClusterInfo, api_client: client.ApiClient, namespace: st
                 "intervalSeconds": INTERVAL_S, "startupSeconds": STARTUP_S,
                 "windows": {"rateSeconds": 20, "burstSeconds": BURST_S, "peakLookbackSeconds": 20,
                             "scaleDownStabilizationSeconds": DOWN_WINDOW_S, "metricsMaxAgeSeconds": 20},
+                # The bursty-traffic rule's windows compressed like the others: the replayed trace is bursty, and
+                # this rule then sizes for its busiest rate and releases it after the same short window.
+                "burstyTraffic": {"rateSeconds": 60, "burstSeconds": BURST_S, "peakLookbackSeconds": 20,
+                                  "scaleDownStabilizationSeconds": DOWN_WINDOW_S},
             },
         },
     })  # fmt: skip

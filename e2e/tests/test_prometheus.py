@@ -23,7 +23,7 @@ from kubernetes.client.rest import ApiException
 from localcluster import prometheus
 from localcluster.cluster import ClusterInfo
 from localcluster.procs import wait_for
-from sglang_operator.api.spec import AutoscalingWindows
+from sglang_operator.api.spec import AutoscalingWindows, BurstyTraffic
 from sglang_operator.autoscaling.prometheus import Target, connect, read_samples
 
 DISCOVERY_TIMEOUT_S = 90.0  # SD watch + one 5 s scrape, with room for a loaded 2-core machine
@@ -206,6 +206,8 @@ def test_every_default_autoscaler_query_is_valid_promql(prom_url: str, quiet_loo
     """The real server parses every query the autoscaler sends (the unit tests only see a fake HTTP layer),
     including the peak-queue subquery at the shortest lookback validation allows (clamped to one step)."""
     windows = AutoscalingWindows(quiet_lookback_seconds=quiet_lookback)
-    samples, error = read_samples(connect(prom_url, 5.0), Target("no-such-namespace", "none"), windows)
+    target = Target("no-such-namespace", "none")
+    samples, error = read_samples(connect(prom_url, 5.0), target, windows, bursty=BurstyTraffic())
     assert error is None and samples is not None
     assert samples.qps is None and samples.queued_peak is None  # valid queries, no series
+    assert samples.bursty_qps is None and samples.bursty_qps_peak is None

@@ -35,7 +35,10 @@ def reading(
     queued_peak: float | None = None,
     age: float | None = 5.0,
     gpu: float | None = None,
+    bursty: tuple[float, float] | None = None,
 ) -> Samples:
+    """A reading; `bursty` is (mean, busiest) rate over the bursty-traffic rule's windows (its burst rate = mean)."""
+    mean, busiest = bursty if bursty is not None else (None, None)
     return Samples(
         collected_at=t,
         age_seconds=age,
@@ -47,6 +50,9 @@ def reading(
         queued=queued,
         queued_peak=queued_peak,
         gpu_utilization=gpu,
+        bursty_qps=mean,
+        bursty_qps_burst=mean,
+        bursty_qps_peak=busiest,
     )
 
 
@@ -113,6 +119,45 @@ def test_scale_up_stops_at_the_smallest_count_whose_band_holds_the_demand() -> N
     # 400 req/s = 16.25: 15 x 1.1 = 16.5 holds it, 14 x 1.1 = 15.4 does not.
     run = Run(spec(), desired=10)
     run.play([Step(0, reading(400, 0), 15, reason="scaling up 10 -> 15")])
+
+
+def test_bursty_traffic_is_sized_for_its_busiest_rate_without_headroom() -> None:
+    # The busiest 60 s rate of the last 10 minutes (400 req/s) is 4 x the 300 s mean: bursty. 400 / 32 = 12.5
+    # replicas' worth, no headroom on top; the bursty band is 20 %: 11 x 1.2 = 13.2 holds it, 10 x 1.2 = 12 does not.
+    run = Run(spec(), desired=10)
+    run.play([Step(0, reading(100, 0, bursty=(100, 400)), 11, reason="bursty traffic (peak 400 req/s is 4.0 x")])
+    assert "400 req/s peak x 1s slot / C 32 = 12.50" in run.decisions[0].reason
+    assert run.decisions[0].observed["burstyQpsPeak"] == 400
+
+
+@pytest.mark.parametrize(
+    ("busiest", "overrides", "expect"),
+    [
+        (224.0, {}, 4),  # 2.24 x the mean: the steady rule, 100 x 1.3 / 32 = 4.06 is within 4's band
+        (225.0, {}, 6),  # 2.25 x: bursty, 225 / 32 = 7.03; 6 x 1.2 = 7.2 holds it
+        (225.0, {"burstyTraffic": {"enabled": False}}, 4),
+        (225.0, {"burstyTraffic": {"threshold": 3.0}}, 4),
+        (225.0, {"burstyTraffic": {"tolerance": 0.1}}, 7),  # 6 x 1.1 = 6.6 does not hold 7.03
+    ],
+)
+def test_the_bursty_rule_applies_from_its_threshold(busiest: float, overrides: dict[str, Any], expect: int) -> None:
+    run = Run(spec(**overrides), desired=4)
+    run.play([Step(0, reading(100, 0, bursty=(100, busiest)), expect)])
+
+
+def test_bursty_traffic_scales_down_after_its_own_window() -> None:
+    # The busiest rate falls to 200 req/s (2.5 x an 80 req/s mean: still bursty): 6.25 replicas' worth, below 11's
+    # band. The bursty window is 180 s (the lookback already holds the peak), not the steady 300 s.
+    run = Run(spec(), desired=10)
+    run.play(
+        [
+            Step(0, reading(100, 0, bursty=(100, 400)), 11),
+            Step(15, reading(100, 15, bursty=(100, 400)), 11, starting=1),
+            Step(30, reading(80, 30, bursty=(80, 200)), 11, reason="holding 11 (recommending 7, 180s"),
+            Step(194, reading(80, 194, bursty=(80, 200)), 11),
+            Step(196, reading(80, 196, bursty=(80, 200)), 7, reason="scaling down 11 -> 7"),
+        ]
+    )
 
 
 def test_burst_enters_panic_and_skips_the_step_limit() -> None:

@@ -13,7 +13,7 @@ from urllib.parse import parse_qs, urlparse
 
 import pytest
 
-from sglang_operator.api.spec import AutoscalingSpec, AutoscalingWindows
+from sglang_operator.api.spec import AutoscalingSpec, AutoscalingWindows, BurstyTraffic
 from sglang_operator.autoscaling.prometheus import Queries, Target, connect, fetch_samples, read_samples
 
 Answer = tuple[int, Any]  # (HTTP status, JSON body)
@@ -92,9 +92,12 @@ def prometheus() -> Iterator[Callable[..., FakePrometheus]]:
 HEALTHY = {
     "time() -": vector(4.5),
     "max_over_time((sum(sglang:num_queue_reqs": vector(7),
+    "[600s:15s]": vector(130.0),  # the bursty-traffic rule's busiest rate
     "max_over_time(": vector(90.0),
-    "[60s]))": vector(42.0),  # the stable rate (router first)
+    "[120s]))": vector(42.0),  # the stable rate (router first)
     "[30s]))": vector(55.0),  # the burst rate
+    "[300s]))": vector(38.0),  # the bursty-traffic rule's mean rate
+    "[60s]))": vector(66.0),  # the bursty-traffic rule's burst rate
     "e2e_request_latency_seconds_sum": vector(1.25),
     "num_running_reqs": vector(40),
     "num_queue_reqs": vector(3),
@@ -114,7 +117,19 @@ def test_reads_every_signal(prometheus: Callable[..., FakePrometheus]) -> None:
     assert (samples.qps, samples.qps_burst, samples.qps_peak) == (42.0, 55.0, 90.0)
     assert samples.slot_seconds == 1.25
     assert (samples.running, samples.queued, samples.queued_peak, samples.gpu_utilization) == (40.0, 3.0, 7.0, 71.5)
+    assert samples.bursty_qps is None and samples.bursty_qps_peak is None  # not asked for
     assert len(fake.queries) == 9
+
+
+def test_reads_the_bursty_traffic_rates_when_that_rule_is_on(prometheus: Callable[..., FakePrometheus]) -> None:
+    fake = prometheus(HEALTHY)
+    samples, error = read_samples(connect(fake.url, 2), TARGET, WINDOWS, bursty=BurstyTraffic())
+    assert error is None and samples is not None
+    assert (samples.qps, samples.qps_burst, samples.qps_peak) == (42.0, 55.0, 90.0)
+    assert (samples.bursty_qps, samples.bursty_qps_burst, samples.bursty_qps_peak) == (38.0, 66.0, 130.0)
+    assert len(fake.queries) == 12
+    off = Queries().render(TARGET, WINDOWS, BurstyTraffic(enabled=False))
+    assert not any(name.startswith("bursty_") for name in off)
 
 
 def test_default_queries_select_the_deployment_by_its_pod_labels(prometheus: Callable[..., FakePrometheus]) -> None:
@@ -123,8 +138,8 @@ def test_default_queries_select_the_deployment_by_its_pod_labels(prometheus: Cal
     workers = 'namespace="team-a",sglang_deployment="chat",sglang_component="worker"'
     routers = 'namespace="team-a",sglang_deployment="chat",sglang_component="router"'
     by_kind = dict(zip(Queries().render(TARGET, WINDOWS), fake.queries, strict=True))
-    assert f"smg_router_requests_total{{{routers}}}[60s]" in by_kind["qps"]
-    assert f"sglang:num_requests_total{{{workers}}}[60s]" in by_kind["qps"]  # fallback without a router
+    assert f"smg_router_requests_total{{{routers}}}[120s]" in by_kind["qps"]
+    assert f"sglang:num_requests_total{{{workers}}}[120s]" in by_kind["qps"]  # fallback without a router
     assert "[120s:15s]" in by_kind["qps_peak"]
     assert by_kind["queued_peak"] == f"max_over_time((sum(sglang:num_queue_reqs{{{workers}}}))[600s:15s])"
     # A lookback shorter than one step still renders a valid subquery range (one step).
@@ -153,7 +168,7 @@ def test_label_values_are_escaped() -> None:
 
 def test_no_series_and_nan_are_missing_values(prometheus: Callable[..., FakePrometheus]) -> None:
     # A fleet at zero: only the router reports; 0/0 slot time is NaN.
-    fake = prometheus({"time() -": vector(3), "[60s]))": vector(2.0), "e2e_request": vector("NaN")})
+    fake = prometheus({"time() -": vector(3), "[120s]))": vector(2.0), "e2e_request": vector("NaN")})
     samples, error = read_samples(connect(fake.url, 2), TARGET, WINDOWS)
     assert error is None and samples is not None
     assert samples.qps == 2.0
@@ -165,8 +180,8 @@ def test_no_series_and_nan_are_missing_values(prometheus: Callable[..., FakeProm
     ("rules", "message"),
     [
         ({"time() -": (500, {"status": "error", "error": "boom"})}, "age_seconds query failed"),
-        ({"[60s]))": (400, {"status": "error", "error": "bad query"})}, "qps query failed"),
-        ({"[60s]))": (200, {"status": "success", "data": {"result": [{"metric": {}}]}})}, "malformed sample"),
+        ({"[120s]))": (400, {"status": "error", "error": "bad query"})}, "qps query failed"),
+        ({"[120s]))": (200, {"status": "success", "data": {"result": [{"metric": {}}]}})}, "malformed sample"),
     ],
 )
 def test_essential_failures_give_no_samples(
@@ -205,11 +220,18 @@ def test_unreachable_prometheus_is_reported(prometheus: Callable[..., FakePromet
 
 def test_fetch_samples_wires_the_spec_windows(prometheus: Callable[..., FakePrometheus]) -> None:
     fake = prometheus(HEALTHY)
-    spec = AutoscalingSpec.model_validate({"windows": {"rateSeconds": 120, "peakLookbackSeconds": 300}})
+    spec = AutoscalingSpec.model_validate(
+        {
+            "windows": {"rateSeconds": 90, "peakLookbackSeconds": 300},
+            "burstyTraffic": {"rateSeconds": 420, "burstSeconds": 45, "peakLookbackSeconds": 900},
+        }
+    )
     samples, error = fetch_samples(fake.url, "team-a", "chat", spec, now=5.0)
     assert error is None and samples is not None
-    assert any("[120s]" in q for q in fake.queries)
+    assert any("[90s]" in q for q in fake.queries)
     assert any("[300s:15s]" in q for q in fake.queries)
+    assert any("[420s]" in q for q in fake.queries)
+    assert any("[45s]" in q and "[900s:15s]" in q for q in fake.queries)
 
 
 def test_malformed_url_is_reported() -> None:

@@ -169,7 +169,7 @@ class AutoscalingTargets(SpecModel):
 class AutoscalingWindows(SpecModel):
     """Time windows. Rate windows need at least two scrapes: keep them >= 2 x the scrape interval."""
 
-    rate_seconds: int = Field(default=60, description="Window of the stable request rate.")
+    rate_seconds: int = Field(default=120, description="Window of the stable request rate.")
     slot_time_seconds: int = Field(
         default=600, description="Window of the mean slot time (long: a few long requests make short ones noisy)."
     )
@@ -195,6 +195,29 @@ class AutoscalingWindows(SpecModel):
         "applies; longer than the troughs of periodic traffic, so their capacity is kept for the next rise.",
     )
     metrics_max_age_seconds: int = Field(default=60, description="Older samples count as missing (hold).")
+
+
+class BurstyTraffic(SpecModel):
+    """The rule for bursty traffic, which the autoscaler switches to while the busiest `burstSeconds` rate of the
+    last `peakLookbackSeconds` is at least `threshold` x the mean rate over `rateSeconds`.
+
+    Bursts that short are over before a replica started for one is ready, so following the current rate only pays
+    for late replicas (HPA's and KEDA's cost on the Azure code trace). The fleet is sized for that busiest rate
+    instead, with no further headroom (it is already the burst level), a wider tolerance and a shorter scale-down
+    window (the lookback itself holds the peak). docs/autoscaling.md has the measurements behind the defaults.
+    """
+
+    enabled: bool = True
+    threshold: float = Field(
+        default=2.25, description="Busiest burstSeconds rate / mean rateSeconds rate at which traffic is bursty."
+    )
+    rate_seconds: int = Field(default=300, description="Window of the mean rate the threshold compares with.")
+    burst_seconds: int = Field(default=60, description="Short rate window whose busiest value sizes the fleet.")
+    peak_lookback_seconds: int = Field(default=600, description="How far back the busiest burstSeconds rate counts.")
+    tolerance: float = Field(default=0.2, description="The tolerance above the count while traffic is bursty.")
+    scale_down_stabilization_seconds: int = Field(
+        default=180, description="The scale-down window while traffic is bursty."
+    )
 
 
 class AutoscalingSpec(SpecModel):
@@ -224,6 +247,7 @@ class AutoscalingSpec(SpecModel):
     startup_seconds: int = Field(default=120, description="Expected time for a new replica to become ready.")
     targets: AutoscalingTargets = Field(default_factory=AutoscalingTargets)
     windows: AutoscalingWindows = Field(default_factory=AutoscalingWindows)
+    bursty_traffic: BurstyTraffic = Field(default_factory=BurstyTraffic)
 
 
 class ObjectMetaOverrides(SpecModel):

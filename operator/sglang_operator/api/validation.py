@@ -115,8 +115,22 @@ _WINDOW_BOUNDS: tuple[tuple[str, str, int, str], ...] = (
 )
 
 
+_BURSTY_WINDOW_BOUNDS: tuple[tuple[str, str, int, str], ...] = (
+    ("rateSeconds", "rate_seconds", 1, "it is a PromQL range; keep it at least two scrape intervals."),
+    ("burstSeconds", "burst_seconds", 1, "it is a PromQL range; keep it at least two scrape intervals."),
+    ("peakLookbackSeconds", "peak_lookback_seconds", 1, "it is a PromQL subquery range."),
+    ("scaleDownStabilizationSeconds", "scale_down_stabilization_seconds", 0, "0 scales down at once."),
+)
+
+
 def _window(name: str, attr: str, minimum: int, why: str) -> Rule:
     return _at_least(f"spec.autoscaling.windows.{name}", minimum, lambda s: getattr(s.autoscaling.windows, attr), why)
+
+
+def _bursty_window(name: str, attr: str, minimum: int, why: str) -> Rule:
+    return _at_least(
+        f"spec.autoscaling.burstyTraffic.{name}", minimum, lambda s: getattr(s.autoscaling.bursty_traffic, attr), why
+    )
 
 
 _SPANNING = sorted(EP_SPANNING_BACKENDS)
@@ -244,6 +258,22 @@ RULES: tuple[Rule, ...] = (
         "it is the queued requests per ready replica tolerated before the queue adds replicas.",
     ),
     *(_window(*bound) for bound in _WINDOW_BOUNDS),
+    _between(
+        "spec.autoscaling.burstyTraffic.threshold",
+        1.0,
+        None,
+        lambda s: s.autoscaling.bursty_traffic.threshold,
+        "it is the busiest short-window rate as a multiple of the mean rate; a large value (or enabled: false) "
+        "keeps the steady rule.",
+    ),
+    _between(
+        "spec.autoscaling.burstyTraffic.tolerance",
+        0.0,
+        1.0,
+        lambda s: s.autoscaling.bursty_traffic.tolerance,
+        "it is the fraction above the count that bursty demand may reach before a scale-up.",
+    ),
+    *(_bursty_window(*bound) for bound in _BURSTY_WINDOW_BOUNDS),
     _port("spec.engine.port", lambda s: s.engine.port),
     _port("spec.router.port", lambda s: s.router.port),
     _port("spec.router.metricsPort", lambda s: s.router.metrics_port),

@@ -5,23 +5,26 @@ function against a simulated fleet.
 
 How one decision is made (docs/autoscaling.md has the reasons and the benchmark behind the defaults):
 1. Missing or stale metrics hold the current count (never scale down on no data).
-2. Steady demand, in fractional replicas: the capacity rule Q x T x (1 + headroom) / C, with Q the larger of the
+2. Bursty traffic (the busiest short-window rate of the last minutes is `burstyTraffic.threshold` x the mean rate or
+   more) switches to that rule's constants: bursts that short end before a replica started for them is ready, so
+   the fleet is sized for the busiest rate and held, instead of following the current rate (`_regime`).
+3. Steady demand, in fractional replicas: the capacity rule Q x T x (1 + headroom) / C, with Q the larger of the
    stable rate (with headroom) and the peak short-window rate of the recent past (with burst headroom) and T the time
    a request holds a slot. A GPU-utilisation target can only raise it; any traffic keeps one replica.
-3. Backlog: queued requests beyond what the fleet tolerates are a one-off debt, paid with extra replicas that drain
+4. Backlog: queued requests beyond what the fleet tolerates are a one-off debt, paid with extra replicas that drain
    them within one start-up delay. That part is not remembered, so it leaves as soon as the queue does.
-4. HPA-style tolerance around the current count (optionally wider below it).
-5. Scale-up is fast but bounded per interval (max(100 %, maxScaleUpStep)); panic mode (burst demand at least
+5. HPA-style tolerance around the current count (optionally wider below it).
+6. Scale-up is fast but bounded per interval (max(100 %, maxScaleUpStep)); panic mode (burst demand at least
    `panicThreshold` x the ready capacity, or nothing ready at all) lifts the bound. Replicas still starting are
    already in the count, so they are capacity on the way. Scale-down goes to the highest steady recommendation of
    the stabilisation window (a shorter quiet window when nothing queued during a longer lookback), never below what
    the running requests occupy, and not while nothing is ready yet.
-6. Bounds: minReplicas/maxReplicas and the GPU budget (warm replicas give way first).
+7. Bounds: minReplicas/maxReplicas and the GPU budget (warm replicas give way first).
 """
 
 import math
 from collections.abc import Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 from ..api.spec import AutoscalingSpec
 from ..capacity import ceil_replicas, replicas_exact
@@ -68,16 +71,19 @@ def decide(
             history=memory,
         )
 
-    demand = _demand(current, samples, spec)
-    steady = _tolerate(demand.steady, current.desired, spec)
-    recommendation = max(steady, _tolerate(demand.steady + demand.backlog, current.desired, spec))
+    rule, rates, regime = _regime(spec, samples)
+    demand = _demand(current, rates, rule)
+    if regime:
+        demand = replace(demand, why=f"{regime}; {demand.why}")
+    steady = _tolerate(demand.steady, current.desired, rule)
+    recommendation = max(steady, _tolerate(demand.steady + demand.backlog, current.desired, rule))
     memory = prune_history((*memory, Recommendation(now, steady)), now, spec)
-    panic = _panic(current, samples, spec)
+    panic = _panic(current, rates, rule)
     mode: Mode = "panic" if panic and recommendation > current.desired else "normal"
-    down_window, quiet = _scale_down_window(current, samples, spec)
-    target, how = _stabilise(current.desired, recommendation, memory, spec, now, mode, demand.in_flight, down_window)
+    down_window, quiet = _scale_down_window(current, rates, rule)
+    target, how = _stabilise(current.desired, recommendation, memory, rule, now, mode, demand.in_flight, down_window)
     if quiet and target < current.desired:
-        how += f" (no queue in {spec.windows.quiet_lookback_seconds}s: {down_window}s window)"
+        how += f" (no queue in {rule.windows.quiet_lookback_seconds}s: {down_window}s window)"
     if current.ready == 0 and target < current.desired:
         target, how = current.desired, f"holding {current.desired} until the first replica is ready"
     replicas = _clamp(target, low, high)
@@ -108,6 +114,8 @@ def prune_history(history: Sequence[Recommendation], now: float, spec: Autoscali
     Over the cap, two neighbours merge into (later time, higher count): that holds more replicas, never fewer.
     """
     down = spec.windows.scale_down_stabilization_seconds
+    if spec.bursty_traffic.enabled:  # the memory serves both rules, whichever the next reading picks
+        down = max(down, spec.bursty_traffic.scale_down_stabilization_seconds)
     up = spec.windows.scale_up_stabilization_seconds
     recent = sorted((r for r in history if now - max(down, up) < r.time <= now), key=lambda r: r.time)
     kept: list[Recommendation] = []
@@ -188,6 +196,36 @@ def _metrics_problem(current: FleetState, samples: Samples | None, spec: Autosca
     if (samples.qps or 0.0) > 0 and not has_slot:
         return "no slot time (e2e minus queue time) from the workers"
     return None
+
+
+def _regime(spec: AutoscalingSpec, samples: Samples) -> tuple[AutoscalingSpec, Samples, str | None]:
+    """The spec and rates to decide with: the bursty-traffic rule's when its busiest short-window rate is at least
+    `threshold` x its mean rate, else the spec and samples as they are (None: not bursty).
+
+    The bursty rule is the same policy with other constants, so every other part (backlog, panic, bounds, the
+    memory) behaves alike in both: its rates stand in for the steady ones, its tolerance is the band above the count
+    (the band below keeps the steady value: hysteresis), no headroom is added to the busiest rate, and its
+    scale-down window replaces the full one.
+    """
+    rule = spec.bursty_traffic
+    mean, peak = samples.bursty_qps, samples.bursty_qps_peak
+    if not rule.enabled or mean is None or peak is None or not (_usable(mean) and _usable(peak)):
+        return spec, samples, None
+    if mean <= 0 or peak < rule.threshold * mean:
+        return spec, samples, None
+    below = spec.scale_down_tolerance if spec.scale_down_tolerance is not None else spec.tolerance
+    bursty = spec.model_copy(
+        update={
+            "tolerance": rule.tolerance,
+            "scale_down_tolerance": below,
+            "targets": spec.targets.model_copy(update={"headroom": 0.0, "burst_headroom": 0.0}),
+            "windows": spec.windows.model_copy(
+                update={"scale_down_stabilization_seconds": rule.scale_down_stabilization_seconds}
+            ),
+        }
+    )
+    rates = samples.with_fields(qps=mean, qps_burst=samples.bursty_qps_burst, qps_peak=peak)
+    return bursty, rates, f"bursty traffic (peak {peak:.3g} req/s is {peak / mean:.1f} x the mean {mean:.3g})"
 
 
 def _demand(current: FleetState, samples: Samples, spec: AutoscalingSpec) -> Demand:
@@ -311,6 +349,8 @@ def _observed(samples: Samples | None, now: float, parts: dict[str, float]) -> d
             "queued": samples.queued,
             "queuedPeak": samples.queued_peak,
             "gpuUtilization": samples.gpu_utilization,
+            "burstyQps": samples.bursty_qps,
+            "burstyQpsPeak": samples.bursty_qps_peak,
         }
         out.update({k: float(v) for k, v in fields.items() if v is not None and math.isfinite(v)})
         if samples.age_seconds is not None:

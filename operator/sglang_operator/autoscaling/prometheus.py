@@ -24,7 +24,7 @@ import requests
 from prometheus_api_client import PrometheusConnect
 from urllib3.util.retry import Retry
 
-from ..api.spec import AutoscalingSpec, AutoscalingWindows
+from ..api.spec import AutoscalingSpec, AutoscalingWindows, BurstyTraffic
 from .signals import Samples
 
 DEFAULT_TIMEOUT_SECONDS = 5.0
@@ -76,8 +76,11 @@ class Queries:
     """Seconds since the newest scrape of any of the deployment's pods (a failing target loses its series, so its
     signals go missing rather than stale)."""
 
-    def render(self, target: Target, windows: AutoscalingWindows) -> dict[str, str]:
-        """The PromQL for each field of `Samples`, in the order they are read (essential ones first)."""
+    def render(
+        self, target: Target, windows: AutoscalingWindows, bursty: BurstyTraffic | None = None
+    ) -> dict[str, str]:
+        """The PromQL for each field of `Samples`, in the order they are read (essential ones first); the
+        `bursty_*` rates only when the bursty-traffic rule is given and enabled."""
         base = {
             self.namespace_label: target.namespace,
             self.deployment_label: target.deployment,
@@ -101,18 +104,28 @@ class Queries:
         def demand(window: int) -> str:
             return self.demand.format(**values, window=window)
 
+        def peak(window: int, lookback: int) -> str:
+            return f"max_over_time(({demand(window)})[{lookback}s:{self.step_seconds}s])"
+
+        rates = {}
+        if bursty is not None and bursty.enabled:
+            rates = {
+                "bursty_qps": demand(bursty.rate_seconds),
+                "bursty_qps_burst": demand(bursty.burst_seconds),
+                "bursty_qps_peak": peak(bursty.burst_seconds, bursty.peak_lookback_seconds),
+            }
         return {
             "age_seconds": self.age.format(**values),
             "qps": demand(windows.rate_seconds),
             "qps_burst": demand(windows.burst_seconds),
-            "qps_peak": f"max_over_time(({demand(windows.burst_seconds)})"
-            f"[{windows.peak_lookback_seconds}s:{self.step_seconds}s])",
+            "qps_peak": peak(windows.burst_seconds, windows.peak_lookback_seconds),
             "slot_seconds": f"({self.slot.format(**values)}) or ({self.slot.format(**fallback)})",
             "running": self.running.format(**values),
             "queued": self.queued.format(**values),
             "queued_peak": f"max_over_time(({self.queued.format(**values)})"
             f"[{max(windows.quiet_lookback_seconds, self.step_seconds)}s:{self.step_seconds}s])",
             "gpu_utilization": self.gpu_utilization.format(**values),
+            **rates,
         }
 
     def with_changes(self, **changes: Any) -> "Queries":
@@ -143,11 +156,12 @@ def read_samples(
     queries: Queries | None = None,
     now: float | None = None,
     timeout_seconds: float = DEFAULT_TIMEOUT_SECONDS,
+    bursty: BurstyTraffic | None = None,
 ) -> tuple[Samples | None, str | None]:
     """Read the deployment's signals. Returns (samples, error): samples is None when an essential query (sample
     age, request rate) failed; error names whatever failed, also when the samples are usable without it."""
     collected_at = time.time() if now is None else now
-    promql = (queries or Queries()).render(target, windows)
+    promql = (queries or Queries()).render(target, windows, bursty)
     values: dict[str, float | None] = dict.fromkeys(promql)
     errors: list[str] = []
     for name, query in promql.items():
@@ -181,7 +195,9 @@ def fetch_samples(
         client = connect(url, timeout_seconds)
     except Exception as e:  # e.g. a malformed URL
         return None, f"cannot use Prometheus at {url!r}: {type(e).__name__}: {_short(e)}"
-    return read_samples(client, Target(namespace, name), autoscaling.windows, queries, now, timeout_seconds)
+    return read_samples(
+        client, Target(namespace, name), autoscaling.windows, queries, now, timeout_seconds, autoscaling.bursty_traffic
+    )
 
 
 def _value(result: Any, combine: Callable[[list[float]], float]) -> float | None:

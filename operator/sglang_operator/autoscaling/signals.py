@@ -39,6 +39,13 @@ class Samples:
     """Most requests queued at once over the last `windows.quietLookbackSeconds`."""
     gpu_utilization: float | None = None
     """Mean GPU utilisation of the workers' GPUs, percent."""
+    bursty_qps: float | None = None
+    """The same three rates over the `burstyTraffic` windows (None when that rule is disabled): the mean rate
+    over its `rateSeconds`, ..."""
+    bursty_qps_burst: float | None = None
+    """... the rate over its latest `burstSeconds`, ..."""
+    bursty_qps_peak: float | None = None
+    """... and the busiest `burstSeconds` rate over its `peakLookbackSeconds`."""
 
     def with_fields(self, **changes: Any) -> "Samples":
         """A copy with some fields replaced (tests and simulators build readings step by step)."""
