@@ -399,3 +399,12 @@ def test_memory_round_trips_and_stays_small() -> None:
         Recommendation(3.5, 4),
     )
     assert history_from_state(None) == ()
+
+
+@pytest.mark.parametrize(("bursty_window", "enabled", "kept_since"), [(600, True, 600.0), (600, False, 900.0)])
+def test_memory_covers_the_longer_of_both_rules_windows(bursty_window: int, enabled: bool, kept_since: float) -> None:
+    # The steady window is 300 s; a bursty window of 600 s needs 600 s of memory, whichever rule decides next.
+    rs = spec(burstyTraffic={"enabled": enabled, "scaleDownStabilizationSeconds": bursty_window})
+    history = tuple(Recommendation(float(t), 20 - t // 100) for t in range(500, 1100, 100))  # falling: all kept
+    kept = prune_history(history, 1100.0, rs)
+    assert kept[0].time == kept_since
