@@ -115,22 +115,19 @@ _WINDOW_BOUNDS: tuple[tuple[str, str, int, str], ...] = (
 )
 
 
-_BURSTY_WINDOW_BOUNDS: tuple[tuple[str, str, int, str], ...] = (
-    ("rateSeconds", "rate_seconds", 1, "it is a PromQL range; keep it at least two scrape intervals."),
-    ("burstSeconds", "burst_seconds", 1, "it is a PromQL range; keep it at least two scrape intervals."),
-    ("peakLookbackSeconds", "peak_lookback_seconds", 1, "it is a PromQL subquery range."),
-    ("scaleDownStabilizationSeconds", "scale_down_stabilization_seconds", 0, "0 scales down at once."),
-)
+# The bursty-traffic rule's own windows, with the same bounds as their namesakes above.
+_BURSTY_WINDOWS = ("rateSeconds", "burstSeconds", "peakLookbackSeconds", "scaleDownStabilizationSeconds")
 
 
-def _window(name: str, attr: str, minimum: int, why: str) -> Rule:
-    return _at_least(f"spec.autoscaling.windows.{name}", minimum, lambda s: getattr(s.autoscaling.windows, attr), why)
+def _window(section: str, name: str, attr: str, minimum: int, why: str) -> Rule:
+    """The lower bound of window `name` under `spec.autoscaling.<section>` (`windows` or `burstyTraffic`)."""
+    parent = "bursty_traffic" if section == "burstyTraffic" else section
 
+    def get(spec: SGLangDeploymentSpec) -> int:
+        value: int = getattr(getattr(spec.autoscaling, parent), attr)
+        return value
 
-def _bursty_window(name: str, attr: str, minimum: int, why: str) -> Rule:
-    return _at_least(
-        f"spec.autoscaling.burstyTraffic.{name}", minimum, lambda s: getattr(s.autoscaling.bursty_traffic, attr), why
-    )
+    return _at_least(f"spec.autoscaling.{section}.{name}", minimum, get, why)
 
 
 _SPANNING = sorted(EP_SPANNING_BACKENDS)
@@ -257,7 +254,7 @@ RULES: tuple[Rule, ...] = (
         lambda s: s.autoscaling.targets.queue_per_replica,
         "it is the queued requests per ready replica tolerated before the queue adds replicas.",
     ),
-    *(_window(*bound) for bound in _WINDOW_BOUNDS),
+    *(_window("windows", *bound) for bound in _WINDOW_BOUNDS),
     _between(
         "spec.autoscaling.burstyTraffic.threshold",
         1.0,
@@ -273,7 +270,7 @@ RULES: tuple[Rule, ...] = (
         lambda s: s.autoscaling.bursty_traffic.tolerance,
         "it is the fraction above the count that bursty demand may reach before a scale-up.",
     ),
-    *(_bursty_window(*bound) for bound in _BURSTY_WINDOW_BOUNDS),
+    *(_window("burstyTraffic", *bound) for bound in _WINDOW_BOUNDS if bound[0] in _BURSTY_WINDOWS),
     _port("spec.engine.port", lambda s: s.engine.port),
     _port("spec.router.port", lambda s: s.router.port),
     _port("spec.router.metricsPort", lambda s: s.router.metrics_port),

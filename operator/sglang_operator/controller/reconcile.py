@@ -58,6 +58,11 @@ def desired_replicas(spec: SGLangDeploymentSpec, status: dict[str, Any]) -> tupl
     )
 
 
+def _absent(replicas: list[ReplicaView], listed: set[str]) -> frozenset[int]:
+    """Indices of the replicas whose URL is not in `listed` (or that have no URL yet)."""
+    return frozenset(r.index for r in replicas if r.url is None or r.url not in listed)
+
+
 def _selector(name: str, component: str) -> str:
     return f"{LABEL_DEPLOYMENT}={name},{LABEL_COMPONENT}={component}"
 
@@ -140,9 +145,8 @@ class Reconciler:
         router_pods = self._pods(namespace, name, COMPONENT_ROUTER) if spec.router.enabled else []
         routers = observe_routers(router_pods, self._router_api_key(spec, namespace)) if spec.router.enabled else None
         still_listed = routers.registered_urls() if routers is not None else set()
-        deregistered = {r.index for r in replicas if r.url is None or r.url not in still_listed}
         everywhere = routers.listed_everywhere() if routers is not None else set()
-        off_router = frozenset(r.index for r in replicas if r.url is None or r.url not in everywhere)
+        deregistered, off_router = set(_absent(replicas, still_listed)), _absent(replicas, everywhere)
         plan = plan_replicas(replicas, Targets(active, warm, revision, spec.update_strategy), loads, deregistered,
                              now.timestamp(), off_router)  # fmt: skip
 
