@@ -20,7 +20,7 @@ def samples_from_scrapes(s: Scrapes, spec: AutoscalingSpec, now: float, concurre
     """
     if not s.t:
         return None
-    w, b = spec.windows, spec.bursty_traffic
+    w, b, rise = spec.windows, spec.bursty_traffic, spec.sustained_rise
     demand = {
         "qps": s.rate(s.arrivals, w.rate_seconds),
         "qps_burst": s.rate(s.arrivals, w.burst_seconds),
@@ -32,6 +32,8 @@ def samples_from_scrapes(s: Scrapes, spec: AutoscalingSpec, now: float, concurre
             "bursty_qps_burst": s.rate(s.arrivals, b.burst_seconds),
             "bursty_qps_peak": s.peak_rate(s.arrivals, b.burst_seconds, b.peak_lookback_seconds),
         }
+    if rise.enabled:
+        demand["qps_trend"] = _trend(s, w.rate_seconds, rise.steps * rise.step_seconds)
     slot = _slot_time(s, w.slot_time_seconds) or _slot_time(s, SLOT_FALLBACK_S)
     if s.ready[-1] == 0:  # no worker series but the slot time Prometheus still holds from earlier
         return Samples(collected_at=now, age_seconds=now - s.t[-1], slot_seconds=slot, **demand)
@@ -46,6 +48,13 @@ def samples_from_scrapes(s: Scrapes, spec: AutoscalingSpec, now: float, concurre
         gpu_utilization=100.0 * min(1.0, running / (ready * concurrency)),
         **demand,
     )
+
+
+def _trend(s: Scrapes, window: float, span: float) -> tuple[tuple[float, float], ...]:
+    """The `window` rate at every scrape of the last `span` seconds (the reader's subquery), oldest first."""
+    last = len(s.t) - 1
+    points = ((s.t[k], s.rate(s.arrivals, window, k)) for k in range(max(0, last - s.points(span)), last + 1))
+    return tuple((t, rate) for t, rate in points if rate is not None)
 
 
 def _slot_time(s: Scrapes, window: float) -> float | None:

@@ -8,6 +8,7 @@ test runs a real SGLang-simulator pod through the node agent.
 from __future__ import annotations
 
 import importlib.util
+import itertools
 import json
 import threading
 import urllib.parse
@@ -23,8 +24,8 @@ from kubernetes.client.rest import ApiException
 from localcluster import prometheus
 from localcluster.cluster import ClusterInfo
 from localcluster.procs import wait_for
-from sglang_operator.api.spec import AutoscalingWindows, BurstyTraffic
-from sglang_operator.autoscaling.prometheus import Target, connect, read_samples
+from sglang_operator.api.spec import AutoscalingWindows, BurstyTraffic, SustainedRise
+from sglang_operator.autoscaling.prometheus import Queries, Target, connect, read_samples
 
 DISCOVERY_TIMEOUT_S = 90.0  # SD watch + one 5 s scrape, with room for a loaded 2-core machine
 SGLANG_LABELS = {
@@ -200,6 +201,22 @@ def test_simulator_metrics_are_labelled_by_pod(
         assert labels["node"] == node
         assert {k: labels.get(k) for k in EXPECTED_SERIES_LABELS} == EXPECTED_SERIES_LABELS
 
+    # The sustained-rise rule's series is a range answer (a subquery): the reader parses the real server's matrix,
+    # at the queries' resolution (here the 5 s scrape interval).
+    windows = AutoscalingWindows(rate_seconds=15)
+    rise = SustainedRise(step_seconds=5, steps=2)
+    queries = Queries(step_seconds=5)
+
+    def trend() -> tuple[tuple[float, float], ...] | None:
+        target = Target(namespace, "demo")
+        samples, error = read_samples(connect(prom_url, 5.0), target, windows, queries, rise=rise)
+        assert error is None and samples is not None, error
+        return samples.qps_trend if samples.qps_trend and len(samples.qps_trend) >= 3 else None
+
+    points = wait_for(trend, 60, "the stable rate's series over the rule's span", interval=2.0)
+    assert [rate for _, rate in points] == [0.0] * len(points)  # an idle simulator
+    assert all(later - earlier == 5.0 for (earlier, _), (later, _) in itertools.pairwise(points))
+
 
 @pytest.mark.parametrize("quiet_lookback", [1, 600])
 def test_every_default_autoscaler_query_is_valid_promql(prom_url: str, quiet_lookback: int) -> None:
@@ -207,7 +224,8 @@ def test_every_default_autoscaler_query_is_valid_promql(prom_url: str, quiet_loo
     including the peak-queue subquery at the shortest lookback validation allows (clamped to one step)."""
     windows = AutoscalingWindows(quiet_lookback_seconds=quiet_lookback)
     target = Target("no-such-namespace", "none")
-    samples, error = read_samples(connect(prom_url, 5.0), target, windows, bursty=BurstyTraffic())
+    rise = SustainedRise()
+    samples, error = read_samples(connect(prom_url, 5.0), target, windows, bursty=BurstyTraffic(), rise=rise)
     assert error is None and samples is not None
-    assert samples.qps is None and samples.queued_peak is None  # valid queries, no series
+    assert samples.qps is None and samples.queued_peak is None and samples.qps_trend is None  # valid, no series
     assert samples.bursty_qps is None and samples.bursty_qps_peak is None

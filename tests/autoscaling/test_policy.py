@@ -4,13 +4,14 @@ C = 32 slots per replica and a 1 s slot time throughout, so one replica carries 
 the default 30 % headroom: 100 req/s asks for ceil(100 x 1.3 / 32) = 5 replicas.
 """
 
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
 import pytest
 
-from sglang_operator.api.spec import AutoscalingSpec
-from sglang_operator.autoscaling.policy import MAX_MEMORY, decide, prune_history
+from sglang_operator.api.spec import AutoscalingSpec, SustainedRise
+from sglang_operator.autoscaling.policy import MAX_MEMORY, decide, prune_history, sustained_slope
 from sglang_operator.autoscaling.signals import (
     Decision,
     FleetState,
@@ -36,8 +37,10 @@ def reading(
     age: float | None = 5.0,
     gpu: float | None = None,
     bursty: tuple[float, float] | None = None,
+    trend: Sequence[float] | None = None,
 ) -> Samples:
-    """A reading; `bursty` is (mean, busiest) rate over the bursty-traffic rule's windows (its burst rate = mean)."""
+    """A reading; `bursty` is (mean, busiest) rate over the bursty-traffic rule's windows (its burst rate = mean);
+    `trend` the stable rate at 60 s steps up to `t`, oldest first."""
     mean, busiest = bursty if bursty is not None else (None, None)
     return Samples(
         collected_at=t,
@@ -53,7 +56,12 @@ def reading(
         bursty_qps=mean,
         bursty_qps_burst=mean,
         bursty_qps_peak=busiest,
+        qps_trend=None if trend is None else series(t, trend),
     )
+
+
+def series(t: float, rates: Sequence[float], step: float = 60.0) -> tuple[tuple[float, float], ...]:
+    return tuple((t - step * (len(rates) - 1 - k), rate) for k, rate in enumerate(rates))
 
 
 @dataclass
@@ -158,6 +166,60 @@ def test_bursty_traffic_scales_down_after_its_own_window() -> None:
             Step(196, reading(80, 196, bursty=(80, 200)), 7, reason="scaling down 11 -> 7"),
         ]
     )
+
+
+RAMP = [90, 100, 110, 120, 130, 140, 150, 160]  # +10 req/s a minute: every step over 5 % (160 / 150 = 1.067)
+
+
+@pytest.mark.parametrize(
+    ("rates", "rule", "slope"),
+    [
+        (RAMP, SustainedRise(), 70 / 420),
+        ([80, *RAMP], SustainedRise(), 70 / 420),  # older points do not count
+        (RAMP[-4:], SustainedRise(steps=3), 30 / 180),
+        (RAMP, SustainedRise(enabled=False), None),
+        (RAMP[1:], SustainedRise(), None),  # less history than the span (a young Prometheus)
+        ([100, 100, 100, 100, 100, 200, 300, 300], SustainedRise(), None),  # a step: a 120 s rate rises 2 steps
+        ([90, 100, 110, 120, 120, 140, 150, 160], SustainedRise(), None),  # one step without a rise
+        ([96, 100, 104, 108, 112, 117, 122, 127], SustainedRise(), None),  # under 5 % per step
+        ([96, 100, 104, 108, 112, 117, 122, 127], SustainedRise(min_rise=0.03), 31 / 420),
+        ([0, 1, 2, 3, 4, 5, 6, 7], SustainedRise(), 7 / 420),  # from no traffic at all
+    ],
+)
+def test_a_sustained_rise_is_a_rise_at_every_step(rates: list[float], rule: SustainedRise, slope: float | None) -> None:
+    assert sustained_slope(series(1000.0, rates), rule) == (pytest.approx(slope) if slope is not None else None)
+
+
+def test_a_rise_needs_a_reading_at_every_step() -> None:
+    points = series(1000.0, RAMP, step=15.0)  # 15 s apart: no readings 60, 120, ... s before the newest
+    assert sustained_slope(points, SustainedRise()) is None
+    gap = tuple(p for p in series(1000.0, RAMP) if p[0] != 880.0)
+    assert sustained_slope(gap, SustainedRise()) is None
+    jitter = tuple((time + 10, rate) if time == 880.0 else (time, rate) for time, rate in series(1000.0, RAMP))
+    assert sustained_slope(jitter, SustainedRise()) == pytest.approx(70 / 420)  # within a quarter step
+
+
+def test_a_sustained_rise_is_projected_over_the_start_up_delay() -> None:
+    # 160 req/s alone: 160 x 1.3 / 32 = 6.5, within 6's band. Rising 10 req/s a minute, half the slope over the
+    # 120 s start-up plus the 120 s window's 60 s lag: 160 + 0.5 x (1/6) x 180 = 175 req/s, 7.11 replicas' worth.
+    run = Run(spec(), desired=6)
+    rising = "160 req/s rising 10 req/s per minute, 175 req/s in 180s"
+    run.play([Step(0, reading(160, 0, trend=RAMP), 7, reason=rising)])
+    assert run.decisions[0].observed["projectedQps"] == pytest.approx(175)
+    for quiet in (spec(sustainedRise={"enabled": False}), spec(sustainedRise={"projection": 0})):
+        run = Run(quiet, desired=6)
+        run.play([Step(0, reading(160, 0, trend=RAMP), 6)])
+
+
+def test_bursty_traffic_is_not_projected() -> None:
+    # The bursty rule sizes for the busiest rate already; a rising mean does not add a projection on top.
+    rising = [30, 40, 50, 60, 70, 80, 90, 100]
+    run = Run(spec(), desired=10)
+    run.play([Step(0, reading(100, 0, bursty=(100, 400), trend=rising), 11)])
+    assert "rising" not in run.decisions[0].reason
+    # At 2 x the mean the traffic is not bursty and the rise counts: 115 req/s in 180 s is 4.67 replicas' worth.
+    steady = Run(spec(), desired=4)
+    steady.play([Step(0, reading(100, 0, bursty=(100, 200), trend=rising), 5, reason="rising 10 req/s per minute")])
 
 
 def test_burst_enters_panic_and_skips_the_step_limit() -> None:

@@ -13,7 +13,7 @@ from urllib.parse import parse_qs, urlparse
 
 import pytest
 
-from sglang_operator.api.spec import AutoscalingSpec, AutoscalingWindows, BurstyTraffic
+from sglang_operator.api.spec import AutoscalingSpec, AutoscalingWindows, BurstyTraffic, SustainedRise
 from sglang_operator.autoscaling.prometheus import Queries, Target, connect, fetch_samples, read_samples
 
 Answer = tuple[int, Any]  # (HTTP status, JSON body)
@@ -25,6 +25,11 @@ def vector(*values: str | float) -> Answer:
 
 
 EMPTY = vector()
+
+
+def matrix(*series: list[tuple[float, float | str]]) -> Answer:
+    result = [{"metric": {}, "values": [[t, str(v)] for t, v in points]} for points in series]
+    return 200, {"status": "success", "data": {"resultType": "matrix", "result": result}}
 
 
 class FakePrometheus:
@@ -130,6 +135,29 @@ def test_reads_the_bursty_traffic_rates_when_that_rule_is_on(prometheus: Callabl
     assert len(fake.queries) == 12
     off = Queries().render(TARGET, WINDOWS, BurstyTraffic(enabled=False))
     assert not any(name.startswith("bursty_") for name in off)
+
+
+def test_reads_the_stable_rate_series_when_the_sustained_rise_rule_is_on(
+    prometheus: Callable[..., FakePrometheus],
+) -> None:
+    # The 120 s rate over 7 steps of 60 s plus two resolution steps, at the 15 s resolution; two series (a custom
+    # query without its outer sum) add up point by point, NaN points are left out.
+    first = [(1000.0, 10.0), (1015.0, 11.0), (1030.0, "NaN")]
+    second = [(1000.0, 1.0), (1015.0, 2.0)]
+    fake = prometheus({"[450s:15s]": matrix(first, second), **HEALTHY})
+    samples, error = read_samples(connect(fake.url, 2), TARGET, WINDOWS, rise=SustainedRise())
+    assert error is None and samples is not None
+    assert samples.qps_trend == ((1000.0, 11.0), (1015.0, 13.0))
+    assert samples.qps == 42.0
+    assert fake.queries[-1].startswith("(sum(rate(smg_router_requests_total{") and "[120s]))" in fake.queries[-1]
+    assert "qps_trend" not in Queries().render(TARGET, WINDOWS, rise=SustainedRise(enabled=False))
+
+
+def test_a_malformed_series_is_an_error_not_an_exception(prometheus: Callable[..., FakePrometheus]) -> None:
+    fake = prometheus({"[450s:15s]": vector(3.0), **HEALTHY})  # a vector where a matrix belongs
+    samples, error = read_samples(connect(fake.url, 2), TARGET, WINDOWS, rise=SustainedRise())
+    assert samples is not None and samples.qps_trend is None and samples.qps == 42.0
+    assert error is not None and error.startswith("qps_trend query failed: ValueError: malformed series")
 
 
 def test_default_queries_select_the_deployment_by_its_pod_labels(prometheus: Callable[..., FakePrometheus]) -> None:

@@ -220,6 +220,27 @@ class BurstyTraffic(SpecModel):
     )
 
 
+class SustainedRise(SpecModel):
+    """The rule for a ramp: while the stable rate (`windows.rateSeconds`) has risen by at least `minRise` at each
+    of the last `steps` steps of `stepSeconds`, demand is projected ahead along that rise.
+
+    A replica started now serves only after the start-up delay, and the stable rate itself lags by half its window,
+    so a policy that follows the rate is always that far behind a ramp (a morning's traffic). One reading cannot
+    tell a ramp from a step or from batch noise; a rise at every step for several minutes can: a step lifts a
+    rate window for only as long as the window is, and noise does not rise at every step. `projection` is the
+    fraction of the measured slope carried over the start-up delay plus half the rate window (1: all of it).
+    Off while the bursty-traffic rule applies. docs/autoscaling.md has the measurements behind the defaults.
+    """
+
+    enabled: bool = True
+    step_seconds: int = Field(default=60, description="Spacing of the stable-rate readings that are compared.")
+    steps: int = Field(default=7, description="How many successive steps the rate must have risen at.")
+    min_rise: float = Field(default=0.05, description="The least rise per step, as a fraction of the rate before.")
+    projection: float = Field(
+        default=0.5, description="Fraction of the rise's slope projected over startupSeconds + rateSeconds / 2."
+    )
+
+
 class AutoscalingSpec(SpecModel):
     """The operator's own autoscaler; when enabled it owns the replica count and writes only status."""
 
@@ -248,6 +269,7 @@ class AutoscalingSpec(SpecModel):
     targets: AutoscalingTargets = Field(default_factory=AutoscalingTargets)
     windows: AutoscalingWindows = Field(default_factory=AutoscalingWindows)
     bursty_traffic: BurstyTraffic = Field(default_factory=BurstyTraffic)
+    sustained_rise: SustainedRise = Field(default_factory=SustainedRise)
 
 
 class ObjectMetaOverrides(SpecModel):

@@ -271,6 +271,33 @@ RULES: tuple[Rule, ...] = (
         "it is the fraction above the count that bursty demand may reach before a scale-up.",
     ),
     *(_window("burstyTraffic", *bound) for bound in _WINDOW_BOUNDS if bound[0] in _BURSTY_WINDOWS),
+    _at_least(
+        "spec.autoscaling.sustainedRise.stepSeconds",
+        1,
+        lambda s: s.autoscaling.sustained_rise.step_seconds,
+        "it is the spacing of the rate readings compared; keep it at least one scrape interval.",
+    ),
+    _at_least(
+        "spec.autoscaling.sustainedRise.steps",
+        1,
+        lambda s: s.autoscaling.sustained_rise.steps,
+        "it is how many successive steps the rate must have risen at; keep steps x stepSeconds over twice "
+        "windows.rateSeconds so that a step change does not count as a ramp.",
+    ),
+    _between(
+        "spec.autoscaling.sustainedRise.minRise",
+        0.0,
+        None,
+        lambda s: s.autoscaling.sustained_rise.min_rise,
+        "it is the least rise per step as a fraction of the rate before (0.05 = 5 %).",
+    ),
+    _between(
+        "spec.autoscaling.sustainedRise.projection",
+        0.0,
+        None,
+        lambda s: s.autoscaling.sustained_rise.projection,
+        "it is the fraction of the rise's slope projected ahead (0 projects nothing, 1 all of it).",
+    ),
     _port("spec.engine.port", lambda s: s.engine.port),
     _port("spec.router.port", lambda s: s.router.port),
     _port("spec.router.metricsPort", lambda s: s.router.metrics_port),

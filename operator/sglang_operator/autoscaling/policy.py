@@ -10,7 +10,9 @@ How one decision is made (docs/autoscaling.md has the reasons and the benchmark 
    the fleet is sized for the busiest rate and held, instead of following the current rate (`_regime`).
 3. Steady demand, in fractional replicas: the capacity rule Q x T x (1 + headroom) / C, with Q the larger of the
    stable rate (with headroom) and the peak short-window rate of the recent past (with burst headroom) and T the time
-   a request holds a slot. A GPU-utilisation target can only raise it; any traffic keeps one replica.
+   a request holds a slot. While the stable rate has risen at every step for several minutes (a ramp, not a step or
+   noise: `sustainedRise`), it is projected along that rise over the start-up delay first. A GPU-utilisation target
+   can only raise it; any traffic keeps one replica.
 4. Backlog: queued requests beyond what the fleet tolerates are a one-off debt, paid with extra replicas that drain
    them within one start-up delay. That part is not remembered, so it leaves as soon as the queue does.
 5. HPA-style tolerance around the current count (optionally wider below it).
@@ -22,11 +24,12 @@ How one decision is made (docs/autoscaling.md has the reasons and the benchmark 
 7. Bounds: minReplicas/maxReplicas and the GPU budget (warm replicas give way first).
 """
 
+import itertools
 import math
 from collections.abc import Sequence
 from dataclasses import dataclass, replace
 
-from ..api.spec import AutoscalingSpec
+from ..api.spec import AutoscalingSpec, SustainedRise
 from ..capacity import ceil_replicas, replicas_exact
 from .signals import Decision, FleetState, Mode, Recommendation, Samples
 
@@ -72,7 +75,8 @@ def decide(
         )
 
     rule, rates, regime = _regime(spec, samples)
-    demand = _demand(current, rates, rule)
+    slope = None if regime else sustained_slope(samples.qps_trend, spec.sustained_rise)
+    demand = _demand(current, rates, rule, slope)
     if regime:
         demand = replace(demand, why=f"{regime}; {demand.why}")
     steady = _tolerate(demand.steady, current.desired, rule)
@@ -228,8 +232,36 @@ def _regime(spec: AutoscalingSpec, samples: Samples) -> tuple[AutoscalingSpec, S
     return bursty, rates, f"bursty traffic (peak {peak:.3g} req/s is {peak / mean:.1f} x the mean {mean:.3g})"
 
 
-def _demand(current: FleetState, samples: Samples, spec: AutoscalingSpec) -> Demand:
-    """Fractional replicas the signals ask for, their parts (for status) and a sentence explaining them."""
+def sustained_slope(trend: Sequence[tuple[float, float]] | None, rule: SustainedRise) -> float | None:
+    """The stable rate's slope (req/s per second) over the rule's span when it rose by at least `minRise` at every
+    step, else None.
+
+    The readings compared are the newest point and those whole steps before it (a point within a quarter step
+    of each counts); a missing one means no verdict. A step change in traffic lifts a rate window for only as long
+    as the window is, and noise does not rise at every step, so a rule with a span over twice the rate window
+    leaves both alone.
+    """
+    if not rule.enabled or not trend:
+        return None
+    newest = trend[-1][0]
+    rates: list[float] = []
+    for k in range(rule.steps, -1, -1):
+        at = newest - k * rule.step_seconds
+        time, rate = min(trend, key=lambda point: abs(point[0] - at))
+        if abs(time - at) > rule.step_seconds / 4:
+            return None
+        rates.append(rate)
+    if not all(later > earlier * (1.0 + rule.min_rise) for earlier, later in itertools.pairwise(rates)):
+        return None
+    return (rates[-1] - rates[0]) / (rule.steps * rule.step_seconds)
+
+
+def _demand(current: FleetState, samples: Samples, spec: AutoscalingSpec, slope: float | None = None) -> Demand:
+    """Fractional replicas the signals ask for, their parts (for status) and a sentence explaining them.
+
+    `slope` (req/s per second) is a sustained rise of the stable rate: the rate is then projected by
+    `sustainedRise.projection` x slope over the start-up delay plus the stable window's lag (half its length).
+    """
     c = max(1, current.concurrency_per_replica)
     targets = spec.targets
     qps = samples.qps or 0.0
@@ -241,11 +273,16 @@ def _demand(current: FleetState, samples: Samples, spec: AutoscalingSpec) -> Dem
 
     capacity = 0.0
     why = f"{qps:.3g} req/s"
+    if slope is not None:
+        lead = spec.startup_seconds + spec.windows.rate_seconds / 2
+        projected = qps + spec.sustained_rise.projection * slope * lead
+        why = f"{qps:.3g} req/s rising {60 * slope:.3g} req/s per minute, {projected:.3g} req/s in {lead:.0f}s"
+        parts["projectedQps"] = qps = projected
     if slot:
         stable_load = qps * (1.0 + targets.headroom)
         burst_load = peak * (1.0 + targets.burst_headroom)
         capacity = replicas_exact(max(stable_load, burst_load), slot, c)
-        basis = f"{peak:.3g} req/s peak" if burst_load > stable_load else f"{qps:.3g} req/s"
+        basis = f"{peak:.3g} req/s peak" if burst_load > stable_load else why
         why = f"{basis} x {slot:.3g}s slot / C {c} = {capacity:.2f}"
         parts["capacityReplicas"] = capacity
     steady = capacity

@@ -24,7 +24,7 @@ import requests
 from prometheus_api_client import PrometheusConnect
 from urllib3.util.retry import Retry
 
-from ..api.spec import AutoscalingSpec, AutoscalingWindows, BurstyTraffic
+from ..api.spec import AutoscalingSpec, AutoscalingWindows, BurstyTraffic, SustainedRise
 from .signals import Samples
 
 DEFAULT_TIMEOUT_SECONDS = 5.0
@@ -77,10 +77,14 @@ class Queries:
     signals go missing rather than stale)."""
 
     def render(
-        self, target: Target, windows: AutoscalingWindows, bursty: BurstyTraffic | None = None
+        self,
+        target: Target,
+        windows: AutoscalingWindows,
+        bursty: BurstyTraffic | None = None,
+        rise: SustainedRise | None = None,
     ) -> dict[str, str]:
         """The PromQL for each field of `Samples`, in the order they are read (essential ones first); the
-        `bursty_*` rates only when the bursty-traffic rule is given and enabled."""
+        `bursty_*` rates and the `qps_trend` series only when their rule is given and enabled."""
         base = {
             self.namespace_label: target.namespace,
             self.deployment_label: target.deployment,
@@ -114,6 +118,10 @@ class Queries:
                 "bursty_qps_burst": demand(bursty.burst_seconds),
                 "bursty_qps_peak": peak(bursty.burst_seconds, bursty.peak_lookback_seconds),
             }
+        if rise is not None and rise.enabled:
+            # One resolution step more than the span, so the reading `steps` steps before the newest is inside it.
+            span = rise.steps * rise.step_seconds + 2 * self.step_seconds
+            rates["qps_trend"] = f"({demand(windows.rate_seconds)})[{span}s:{self.step_seconds}s]"
         return {
             "age_seconds": self.age.format(**values),
             "qps": demand(windows.rate_seconds),
@@ -137,6 +145,8 @@ class Queries:
 
 
 ESSENTIAL = ("age_seconds", "qps")
+SERIES = ("qps_trend",)
+"""Queries whose answer is a range (a subquery): read as (time, value) points, not as one number."""
 # How several series for one query combine (a custom query may forget its outer aggregation).
 _COMBINE: dict[str, Callable[[list[float]], float]] = {
     "age_seconds": min,
@@ -157,16 +167,18 @@ def read_samples(
     now: float | None = None,
     timeout_seconds: float = DEFAULT_TIMEOUT_SECONDS,
     bursty: BurstyTraffic | None = None,
+    rise: SustainedRise | None = None,
 ) -> tuple[Samples | None, str | None]:
     """Read the deployment's signals. Returns (samples, error): samples is None when an essential query (sample
     age, request rate) failed; error names whatever failed, also when the samples are usable without it."""
     collected_at = time.time() if now is None else now
-    promql = (queries or Queries()).render(target, windows, bursty)
-    values: dict[str, float | None] = dict.fromkeys(promql)
+    promql = (queries or Queries()).render(target, windows, bursty, rise)
+    values: dict[str, Any] = dict.fromkeys(promql)
     errors: list[str] = []
     for name, query in promql.items():
         try:
-            values[name] = _value(client.custom_query(query, timeout=timeout_seconds), _COMBINE.get(name, sum))
+            result = client.custom_query(query, timeout=timeout_seconds)
+            values[name] = _series(result) if name in SERIES else _value(result, _COMBINE.get(name, sum))
         except Exception as e:  # whatever the client or Prometheus does wrong is reported, never raised
             unreachable = isinstance(e, requests.ConnectionError | requests.Timeout)
             if unreachable and "timed out" in str(e).lower():
@@ -196,7 +208,14 @@ def fetch_samples(
     except Exception as e:  # e.g. a malformed URL
         return None, f"cannot use Prometheus at {url!r}: {type(e).__name__}: {_short(e)}"
     return read_samples(
-        client, Target(namespace, name), autoscaling.windows, queries, now, timeout_seconds, autoscaling.bursty_traffic
+        client,
+        Target(namespace, name),
+        autoscaling.windows,
+        queries,
+        now,
+        timeout_seconds,
+        autoscaling.bursty_traffic,
+        autoscaling.sustained_rise,
     )
 
 
@@ -206,6 +225,23 @@ def _value(result: Any, combine: Callable[[list[float]], float]) -> float | None
         raise ValueError(f"expected a vector, got {type(result).__name__}")
     numbers = [x for x in (_sample(item) for item in result) if x is not None]
     return combine(numbers) if numbers else None
+
+
+def _series(result: Any) -> tuple[tuple[float, float], ...] | None:
+    """The (time, value) points of a range answer, oldest first; several series are summed point by point (a
+    custom query may forget its outer aggregation). None for no series; NaN/Inf points are left out."""
+    if not isinstance(result, list):
+        raise ValueError(f"expected a matrix, got {type(result).__name__}")
+    summed: dict[float, float] = {}
+    for item in result:
+        try:
+            points = [(float(t), float(v)) for t, v in item["values"]]
+        except (KeyError, TypeError, ValueError) as e:
+            raise ValueError(f"malformed series {item!r}") from e
+        for t, v in points:
+            if math.isfinite(v):
+                summed[t] = summed.get(t, 0.0) + v
+    return tuple(sorted(summed.items())) if summed else None
 
 
 def _sample(item: Any) -> float | None:

@@ -46,6 +46,9 @@ class Samples:
     """... the rate over its latest `burstSeconds`, ..."""
     bursty_qps_peak: float | None = None
     """... and the busiest `burstSeconds` rate over its `peakLookbackSeconds`."""
+    qps_trend: tuple[tuple[float, float], ...] | None = None
+    """(time, rate over `windows.rateSeconds`) over the last `sustainedRise` span, oldest first, by Prometheus'
+    clock (None when that rule is disabled)."""
 
     def with_fields(self, **changes: Any) -> "Samples":
         """A copy with some fields replaced (tests and simulators build readings step by step)."""
