@@ -119,7 +119,8 @@ class Queries:
                 "bursty_qps_peak": peak(bursty.burst_seconds, bursty.peak_lookback_seconds),
             }
         if rise is not None and rise.enabled:
-            # One resolution step more than the span, so the reading `steps` steps before the newest is inside it.
+            # Two resolution steps over the span: subquery points are aligned to the step (the newest may be a step
+            # old) and the range is open at its start, so the reading `steps` steps before the newest stays inside.
             span = rise.steps * rise.step_seconds + 2 * self.step_seconds
             rates["qps_trend"] = f"({demand(windows.rate_seconds)})[{span}s:{self.step_seconds}s]"
         return {
