@@ -256,7 +256,7 @@ def sustained_slope(trend: Sequence[tuple[float, float]] | None, rule: Sustained
     return (rates[-1] - rates[0]) / (rule.steps * rule.step_seconds)
 
 
-def _demand(current: FleetState, samples: Samples, spec: AutoscalingSpec, slope: float | None = None) -> Demand:
+def _demand(current: FleetState, samples: Samples, spec: AutoscalingSpec, slope: float | None) -> Demand:
     """Fractional replicas the signals ask for, their parts (for status) and a sentence explaining them.
 
     `slope` (req/s per second) is a sustained rise of the stable rate: the rate is then projected by
