@@ -252,6 +252,7 @@ def test_fetch_samples_wires_the_spec_windows(prometheus: Callable[..., FakeProm
         {
             "windows": {"rateSeconds": 90, "peakLookbackSeconds": 300},
             "burstyTraffic": {"rateSeconds": 420, "burstSeconds": 45, "peakLookbackSeconds": 900},
+            "sustainedRise": {"stepSeconds": 30, "steps": 5},
         }
     )
     samples, error = fetch_samples(fake.url, "team-a", "chat", spec, now=5.0)
@@ -260,6 +261,7 @@ def test_fetch_samples_wires_the_spec_windows(prometheus: Callable[..., FakeProm
     assert any("[300s:15s]" in q for q in fake.queries)
     assert any("[420s]" in q for q in fake.queries)
     assert any("[45s]" in q and "[900s:15s]" in q for q in fake.queries)
+    assert any("[90s]))" in q and q.endswith(")[180s:15s]") for q in fake.queries)  # 5 x 30 s + 2 x 15 s
 
 
 def test_malformed_url_is_reported() -> None:
