@@ -216,10 +216,11 @@ def test_bursty_traffic_is_not_projected() -> None:
     rising = [30, 40, 50, 60, 70, 80, 90, 100]
     run = Run(spec(), desired=10)
     run.play([Step(0, reading(100, 0, bursty=(100, 400), trend=rising), 11)])
-    assert "rising" not in run.decisions[0].reason
+    assert "projectedQps" not in run.decisions[0].observed
     # At 2 x the mean the traffic is not bursty and the rise counts: 115 req/s in 180 s is 4.67 replicas' worth.
     steady = Run(spec(), desired=4)
     steady.play([Step(0, reading(100, 0, bursty=(100, 200), trend=rising), 5, reason="rising 10 req/s per minute")])
+    assert steady.decisions[0].observed["projectedQps"] == pytest.approx(115)
 
 
 def test_burst_enters_panic_and_skips_the_step_limit() -> None:
