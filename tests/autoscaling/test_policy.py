@@ -191,8 +191,11 @@ def test_a_sustained_rise_is_a_rise_at_every_step(rates: list[float], rule: Sust
 
 
 def test_a_rise_needs_a_reading_at_every_step() -> None:
-    points = series(1000.0, RAMP, step=15.0)  # 15 s apart: no readings 60, 120, ... s before the newest
-    assert sustained_slope(points, SustainedRise()) is None
+    # 40 s apart over 480 s, rising 10 % each time: the span is covered, but 60 s before the newest the nearest
+    # readings are 20 s off (more than a quarter step), so there is no verdict.
+    sparse = series(1000.0, [100 * 1.1**k for k in range(13)], step=40.0)
+    assert sustained_slope(sparse, SustainedRise()) is None
+    assert sustained_slope(sparse, SustainedRise(step_seconds=40, steps=7)) is not None  # the same readings
     gap = tuple(p for p in series(1000.0, RAMP) if p[0] != 880.0)
     assert sustained_slope(gap, SustainedRise()) is None
     jitter = tuple((time + 10, rate) if time == 880.0 else (time, rate) for time, rate in series(1000.0, RAMP))

@@ -215,8 +215,8 @@ def fetch_samples(
         queries,
         now,
         timeout_seconds,
-        autoscaling.bursty_traffic,
-        autoscaling.sustained_rise,
+        bursty=autoscaling.bursty_traffic,
+        rise=autoscaling.sustained_rise,
     )
 
 
