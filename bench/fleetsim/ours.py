@@ -6,6 +6,7 @@ from dataclasses import dataclass, field
 from sglang_operator.api.spec import AutoscalingSpec
 from sglang_operator.autoscaling.policy import decide
 from sglang_operator.autoscaling.signals import Decision, FleetState, Recommendation, Samples
+from sglang_operator.sim.metrics import QUEUE_BUCKETS
 
 from .sim import Command, FleetView, Scrapes
 
@@ -46,6 +47,7 @@ def samples_from_scrapes(s: Scrapes, spec: AutoscalingSpec, now: float, concurre
         queued=queued,
         queued_peak=max(s.queued[len(s.queued) - max(1, s.points(w.quiet_lookback_seconds)) :]),
         gpu_utilization=100.0 * min(1.0, running / (ready * concurrency)),
+        slo_miss_ratio=_slo_miss_ratio(s, spec) if spec.slo.enabled else None,
         **demand,
     )
 
@@ -55,6 +57,19 @@ def _trend(s: Scrapes, window: float, span: float) -> tuple[tuple[float, float],
     last = len(s.t) - 1
     points = ((s.t[k], s.rate(s.arrivals, window, k)) for k in range(max(0, last - s.points(span)), last + 1))
     return tuple((t, rate) for t, rate in points if rate is not None)
+
+
+def _slo_miss_ratio(s: Scrapes, spec: AutoscalingSpec) -> float | None:
+    """Share of the quiet lookback's admissions that waited longer than the SLO; None without requests or without
+    a histogram bucket at the SLO's bound (Prometheus would have no series)."""
+    if spec.slo.queue_seconds not in QUEUE_BUCKETS:
+        return None
+    window = spec.windows.quiet_lookback_seconds
+    admitted = s.delta(s.admitted, window)
+    within = s.bucket_delta(QUEUE_BUCKETS.index(spec.slo.queue_seconds), window)
+    if admitted is None or within is None or admitted[0] <= 0:
+        return None
+    return max(0.0, 1.0 - within / admitted[0])
 
 
 def _slot_time(s: Scrapes, window: float) -> float | None:

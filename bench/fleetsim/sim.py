@@ -6,17 +6,22 @@ Model (the same for every policy, so the comparison is fair):
 - A new replica is ready `startup_s` after it is started; starting replicas cost replica-hours. A removed replica
   stops taking requests at once and costs until its in-flight requests finish (draining).
 - Prometheus scrapes the workers every `scrape_s`: counters of finished requests, e2e and queue-time sums (at
-  completion, as SGLang does), arrivals at the router, and running/queued gauges. Controllers see only scrapes.
+  completion, as SGLang does), the queue-time histogram (at admission, as SGLang does, with its buckets), arrivals at
+  the router, and running/queued gauges. Controllers see only scrapes.
 - Warm replicas (optional) are started and ready but serve nothing until promoted, which is instant.
 """
 
+import bisect
 import heapq
+import itertools
 import math
 from collections import deque
 from dataclasses import dataclass, field
 from typing import Protocol
 
 import numpy as np
+
+from sglang_operator.sim.metrics import QUEUE_BUCKETS
 
 
 @dataclass
@@ -32,6 +37,10 @@ class Scrapes:
     running: list[float] = field(default_factory=list)
     queued: list[float] = field(default_factory=list)
     ready: list[int] = field(default_factory=list)
+    admitted: list[float] = field(default_factory=list)
+    queue_le: list[tuple[float, ...]] = field(default_factory=list)
+    """Per scrape, the `sglang:queue_time_seconds` bucket counts: requests admitted after waiting at most
+    QUEUE_BUCKETS[k] seconds, for each k."""
 
     def points(self, window: float) -> int:
         """Scrapes inside (t - window, t], as Prometheus' range selector sees them."""
@@ -48,6 +57,12 @@ class Scrapes:
     def rate(self, series: list[float], window: float, at: int = -1) -> float | None:
         d = self.delta(series, window, at)
         return None if d is None else d[0] / d[1]
+
+    def bucket_delta(self, bound: int, window: float) -> float | None:
+        """increase(queue-time bucket `bound`) over a window ending at the latest scrape (as `delta`)."""
+        j = len(self.queue_le) - 1
+        i = max(0, j - self.points(window) + 1)
+        return None if j <= i else self.queue_le[j][bound] - self.queue_le[i][bound]
 
     def peak_rate(self, series: list[float], window: float, lookback: float) -> float | None:
         """max_over_time(rate(x[window])[lookback:interval]) at the latest scrape."""
@@ -133,6 +148,7 @@ def simulate(arrivals: np.ndarray, service: np.ndarray, ctrl: Controller, cfg: S
     e2e_sum, queue_sum = finished * cfg.history_slot_s, 0.0
     next_scrape, next_control = 0.0, getattr(ctrl, "offset", cfg.control_offset_s)
     area, last_t, events = 0.0, 0.0, 0
+    waited = [0.0] * (len(QUEUE_BUCKETS) + 1)  # admissions per queue-time bucket (the last: over every bound)
     tl_t: list[float] = []
     tl_rep: list[int] = []
     tl_ready: list[int] = []
@@ -176,6 +192,8 @@ def simulate(arrivals: np.ndarray, service: np.ndarray, ctrl: Controller, cfg: S
                 scrapes.running.append(float(busy))
                 scrapes.queued.append(float(len(queue)))
                 scrapes.ready.append(ready)
+                scrapes.admitted.append(sum(waited))
+                scrapes.queue_le.append(tuple(itertools.accumulate(waited[:-1])))
                 tl_t.append(t)
                 tl_rep.append(ready + len(starting) + warm_ready + len(warm_starting))
                 tl_ready.append(ready)
@@ -193,6 +211,7 @@ def simulate(arrivals: np.ndarray, service: np.ndarray, ctrl: Controller, cfg: S
         while queue and busy < ready * c:
             k = queue.popleft()
             waits[k] = t - arr[k]
+            waited[bisect.bisect_left(QUEUE_BUCKETS, waits[k])] += 1
             busy += 1
             heapq.heappush(done, (t + svc[k], k))
 
@@ -216,6 +235,8 @@ def _seeded_scrapes(cfg: SimConfig, ready: int) -> Scrapes:
         scrapes.running.append(cfg.history_qps * cfg.history_slot_s)
         scrapes.queued.append(0.0)
         scrapes.ready.append(ready)
+        scrapes.admitted.append(count)
+        scrapes.queue_le.append((count,) * len(QUEUE_BUCKETS))
     return scrapes
 
 

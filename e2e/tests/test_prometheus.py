@@ -24,7 +24,7 @@ from kubernetes.client.rest import ApiException
 from localcluster import prometheus
 from localcluster.cluster import ClusterInfo
 from localcluster.procs import wait_for
-from sglang_operator.api.spec import AutoscalingWindows, BurstyTraffic, SustainedRise
+from sglang_operator.api.spec import AutoscalingWindows, BurstyTraffic, ServiceLevel, SustainedRise
 from sglang_operator.autoscaling.prometheus import Queries, Target, connect, read_samples
 
 DISCOVERY_TIMEOUT_S = 90.0  # SD watch + one 5 s scrape, with room for a loaded 2-core machine
@@ -217,6 +217,25 @@ def test_simulator_metrics_are_labelled_by_pod(
     assert [rate for _, rate in points] == [0.0] * len(points)  # an idle simulator
     assert all(later - earlier == 5.0 for (earlier, _), (later, _) in itertools.pairwise(points))
 
+    # The SLO reading: the simulator's queue-time histogram has a bucket at le="1.0" (as SGLang's), so three
+    # requests admitted at once give a share over the SLO of exactly 0 (not "no reading").
+    pod_ip = core.read_namespaced_pod("sim-0", namespace).status.pod_ip
+    for i in range(3):
+        body = json.dumps({"text": f"slo {i}", "sampling_params": {"max_new_tokens": 4}}).encode()
+        request = urllib.request.Request(f"http://{pod_ip}:{port}/generate", data=body, method="POST")
+        request.add_header("Content-Type", "application/json")
+        with urllib.request.urlopen(request, timeout=30) as resp:
+            assert resp.status == 200
+
+    def slo_miss_ratio() -> tuple[float] | None:
+        target = Target(namespace, "demo")
+        short = AutoscalingWindows(quiet_lookback_seconds=60)
+        samples, error = read_samples(connect(prom_url, 5.0), target, short, queries, slo=ServiceLevel())
+        assert error is None and samples is not None, error
+        return None if samples.slo_miss_ratio is None else (samples.slo_miss_ratio,)
+
+    assert wait_for(slo_miss_ratio, 60, "the share of requests over the SLO", interval=2.0) == (0.0,)
+
 
 @pytest.mark.parametrize("quiet_lookback", [1, 600])
 def test_every_default_autoscaler_query_is_valid_promql(prom_url: str, quiet_lookback: int) -> None:
@@ -225,7 +244,10 @@ def test_every_default_autoscaler_query_is_valid_promql(prom_url: str, quiet_loo
     windows = AutoscalingWindows(quiet_lookback_seconds=quiet_lookback)
     target = Target("no-such-namespace", "none")
     rise = SustainedRise()
-    samples, error = read_samples(connect(prom_url, 5.0), target, windows, bursty=BurstyTraffic(), rise=rise)
+    samples, error = read_samples(
+        connect(prom_url, 5.0), target, windows, bursty=BurstyTraffic(), rise=rise, slo=ServiceLevel()
+    )
     assert error is None and samples is not None
     assert samples.qps is None and samples.queued_peak is None and samples.qps_trend is None  # valid, no series
+    assert samples.slo_miss_ratio is None
     assert samples.bursty_qps is None and samples.bursty_qps_peak is None

@@ -38,6 +38,7 @@ def reading(
     gpu: float | None = None,
     bursty: tuple[float, float] | None = None,
     trend: Sequence[float] | None = None,
+    slo_miss: float | None = None,
 ) -> Samples:
     """A reading; `bursty` is (mean, busiest) rate over the bursty-traffic rule's windows (its burst rate = mean);
     `trend` the stable rate at 60 s steps up to `t`, oldest first."""
@@ -57,6 +58,7 @@ def reading(
         bursty_qps_burst=mean,
         bursty_qps_peak=busiest,
         qps_trend=None if trend is None else series(t, trend),
+        slo_miss_ratio=slo_miss,
     )
 
 
@@ -283,6 +285,60 @@ def test_a_fleet_that_queued_keeps_the_full_window() -> None:
             Step(300, reading(120, 300, queued_peak=25), 5, reason="scaling down 10 -> 5: "),
         ]
     )
+
+
+@pytest.mark.parametrize("queued_peak", [0.0, 25.0, None])
+def test_a_fleet_that_met_its_slo_scales_down_after_the_quiet_window(queued_peak: float | None) -> None:
+    # 4 % of the lookback's requests waited over 1 s (quietMissRatio 5 %): whatever the queue gauge saw (a queue
+    # that drained within the SLO, or none), capacity was not short.
+    run = Run(spec(), desired=10)
+    run.play(
+        [
+            Step(0, reading(240, 0, queued_peak=queued_peak, slo_miss=0.04), 10),
+            Step(89, reading(120, 89, queued_peak=queued_peak, slo_miss=0.04), 10, reason="90s scale-down window"),
+            Step(
+                105,
+                reading(120, 105, queued_peak=queued_peak, slo_miss=0.04),
+                5,
+                reason="scaling down 10 -> 5 (4% of requests waited over 1s in 600s: 90s window)",
+            ),
+        ]
+    )
+    assert run.decisions[-1].observed["sloMissRatio"] == 0.04
+
+
+@pytest.mark.parametrize("queued_peak", [0.0, None])
+def test_a_fleet_that_missed_its_slo_keeps_the_full_window(queued_peak: float | None) -> None:
+    # 6 % over the SLO: the full window, even when no 15 s sample of the queue gauge caught the queue (it formed
+    # and drained between scrapes).
+    run = Run(spec(), desired=10)
+    run.play(
+        [
+            Step(0, reading(240, 0, queued_peak=queued_peak, slo_miss=0.06), 10),
+            Step(105, reading(120, 105, queued_peak=queued_peak, slo_miss=0.06), 10, reason="300s scale-down window"),
+            Step(300, reading(120, 300, queued_peak=queued_peak, slo_miss=0.06), 5, reason="scaling down 10 -> 5: "),
+        ]
+    )
+
+
+@pytest.mark.parametrize(
+    ("overrides", "slo_miss", "queued_peak", "window"),
+    [
+        ({"slo": {"quietMissRatio": 0.1}}, 0.06, 25.0, 90),  # a looser objective
+        ({"slo": {"quietMissRatio": 0.0}}, 0.0, 25.0, 90),  # nobody waited: quiet even at 0
+        ({"slo": {"enabled": False}}, 0.0, 25.0, 300),  # disabled: the queue gauge decides
+        ({"slo": {"enabled": False}}, 0.5, 0.0, 90),
+        ({}, None, 0.0, 90),  # no reading (no requests, or no bucket at the bound): the queue gauge decides
+        ({}, None, 25.0, 300),
+        ({}, float("nan"), 25.0, 300),
+    ],
+)
+def test_the_slo_reading_decides_the_window_when_there_is_one(
+    overrides: dict[str, Any], slo_miss: float | None, queued_peak: float, window: int
+) -> None:
+    run = Run(spec(**overrides), desired=10)
+    samples = reading(120, 105, queued_peak=queued_peak, slo_miss=slo_miss)
+    run.play([Step(0, reading(240, 0), 10), Step(105, samples, 5 if window == 90 else 10, reason=f"{window}s")])
 
 
 def test_an_unknown_queue_keeps_the_full_window() -> None:

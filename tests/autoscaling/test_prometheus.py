@@ -13,7 +13,7 @@ from urllib.parse import parse_qs, urlparse
 
 import pytest
 
-from sglang_operator.api.spec import AutoscalingSpec, AutoscalingWindows, BurstyTraffic, SustainedRise
+from sglang_operator.api.spec import AutoscalingSpec, AutoscalingWindows, BurstyTraffic, ServiceLevel, SustainedRise
 from sglang_operator.autoscaling.prometheus import Queries, Target, connect, fetch_samples, read_samples
 
 Answer = tuple[int, Any]  # (HTTP status, JSON body)
@@ -153,6 +153,31 @@ def test_reads_the_stable_rate_series_when_the_sustained_rise_rule_is_on(
     assert "qps_trend" not in Queries().render(TARGET, WINDOWS, rise=SustainedRise(enabled=False))
 
 
+@pytest.mark.parametrize(("answer", "ratio"), [(vector(0.031), 0.031), (vector("NaN"), None), (EMPTY, None)])
+def test_reads_the_share_of_requests_over_the_slo(
+    prometheus: Callable[..., FakePrometheus], answer: Answer, ratio: float | None
+) -> None:
+    # NaN: no request admitted in the lookback (0/0); no series: no bucket at the bound (or no histogram at all).
+    fake = prometheus({"queue_time_seconds_bucket": answer, **HEALTHY})
+    samples, error = read_samples(connect(fake.url, 2), TARGET, WINDOWS, slo=ServiceLevel())
+    assert error is None and samples is not None
+    assert samples.slo_miss_ratio == ratio
+    workers = 'namespace="team-a",sglang_deployment="chat",sglang_component="worker"'
+    assert fake.queries[-1] == (
+        f'clamp_min(1 - sum(rate(sglang:queue_time_seconds_bucket{{{workers},le="1.0"}}[600s]))'
+        f" / sum(rate(sglang:queue_time_seconds_count{{{workers}}}[600s])), 0)"
+    )
+
+
+def test_the_slo_bound_is_written_as_the_histogram_labels_it() -> None:
+    # The Prometheus Python client (SGLang's) writes bucket bounds as Python floats: le="0.5", le="2.0".
+    half = Queries().render(TARGET, AutoscalingWindows(quiet_lookback_seconds=900), slo=ServiceLevel(queue_seconds=0.5))
+    assert 'le="0.5"}[900s]))' in half["slo_miss_ratio"]
+    assert 'le="2.0"}' in Queries().render(TARGET, WINDOWS, slo=ServiceLevel(queue_seconds=2))["slo_miss_ratio"]
+    assert "slo_miss_ratio" not in Queries().render(TARGET, WINDOWS, slo=ServiceLevel(enabled=False))
+    assert "slo_miss_ratio" not in Queries().render(TARGET, WINDOWS)
+
+
 def test_a_malformed_series_is_an_error_not_an_exception(prometheus: Callable[..., FakePrometheus]) -> None:
     fake = prometheus({"[450s:15s]": vector(3.0), **HEALTHY})  # a vector where a matrix belongs
     samples, error = read_samples(connect(fake.url, 2), TARGET, WINDOWS, rise=SustainedRise())
@@ -253,6 +278,7 @@ def test_fetch_samples_wires_the_spec_windows(prometheus: Callable[..., FakeProm
             "windows": {"rateSeconds": 90, "peakLookbackSeconds": 300},
             "burstyTraffic": {"rateSeconds": 420, "burstSeconds": 45, "peakLookbackSeconds": 900},
             "sustainedRise": {"stepSeconds": 30, "steps": 5},
+            "slo": {"queueSeconds": 2},
         }
     )
     samples, error = fetch_samples(fake.url, "team-a", "chat", spec, now=5.0)
@@ -262,6 +288,7 @@ def test_fetch_samples_wires_the_spec_windows(prometheus: Callable[..., FakeProm
     assert any("[420s]" in q for q in fake.queries)
     assert any("[45s]" in q and "[900s:15s]" in q for q in fake.queries)
     assert any("[90s]))" in q and q.endswith(")[180s:15s]") for q in fake.queries)  # 5 x 30 s + 2 x 15 s
+    assert any('le="2.0"}[600s]))' in q for q in fake.queries)
 
 
 def test_malformed_url_is_reported() -> None:

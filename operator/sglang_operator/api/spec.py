@@ -241,6 +241,31 @@ class SustainedRise(SpecModel):
     )
 
 
+class ServiceLevel(SpecModel):
+    """The service level the workers measure: the share of requests that waited longer than `queueSeconds` for a
+    slot, from SGLang's `sglang:queue_time_seconds` histogram (recorded when a request is admitted to a batch).
+
+    It decides how soon surplus capacity goes. While at most `quietMissRatio` of the requests admitted during
+    `windows.quietLookbackSeconds` waited longer, the fleet was not short of capacity and the quiet scale-down window
+    applies. Without that reading (disabled, no requests, or no histogram bucket at `queueSeconds`) the queue gauge
+    decides instead: no queue beyond `targets.queuePerReplica` during the lookback. A gauge sampled every scrape
+    sees a queue that served everyone within the SLO as a shortage, and misses one that formed between scrapes.
+    docs/autoscaling.md has the measurements behind the defaults.
+    """
+
+    enabled: bool = True
+    queue_seconds: float = Field(
+        default=1.0,
+        description="A request that waits longer than this for a slot misses the SLO. It must be a bucket bound of "
+        "sglang:queue_time_seconds (SGLang's: 0.1, 0.2, 0.5, 1, 2, 3, 4, 5, 10, 15, 20, 30, ...).",
+    )
+    quiet_miss_ratio: float = Field(
+        default=0.05,
+        description="The quiet scale-down window applies while at most this share of the requests admitted during "
+        "windows.quietLookbackSeconds waited longer than queueSeconds.",
+    )
+
+
 class AutoscalingSpec(SpecModel):
     """The operator's own autoscaler; when enabled it owns the replica count and writes only status."""
 
@@ -270,6 +295,7 @@ class AutoscalingSpec(SpecModel):
     windows: AutoscalingWindows = Field(default_factory=AutoscalingWindows)
     bursty_traffic: BurstyTraffic = Field(default_factory=BurstyTraffic)
     sustained_rise: SustainedRise = Field(default_factory=SustainedRise)
+    slo: ServiceLevel = Field(default_factory=ServiceLevel)
 
 
 class ObjectMetaOverrides(SpecModel):

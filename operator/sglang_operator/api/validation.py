@@ -298,6 +298,22 @@ RULES: tuple[Rule, ...] = (
         lambda s: s.autoscaling.sustained_rise.projection,
         "it is the fraction of the rise's slope projected ahead (0 projects nothing, 1 all of it).",
     ),
+    _between(
+        "spec.autoscaling.slo.queueSeconds",
+        0.0,
+        None,
+        lambda s: s.autoscaling.slo.queue_seconds,
+        "it is the longest wait for a slot within the SLO; use a bucket bound of sglang:queue_time_seconds "
+        "(0.5, 1, 2, 5, ...).",
+    ),
+    _between(
+        "spec.autoscaling.slo.quietMissRatio",
+        0.0,
+        1.0,
+        lambda s: s.autoscaling.slo.quiet_miss_ratio,
+        "it is the share of requests over the SLO (0.05 = 5 %) up to which surplus capacity goes after the quiet "
+        "scale-down window.",
+    ),
     _port("spec.engine.port", lambda s: s.engine.port),
     _port("spec.router.port", lambda s: s.router.port),
     _port("spec.router.metricsPort", lambda s: s.router.metrics_port),

@@ -19,8 +19,8 @@ How one decision is made (docs/autoscaling.md has the reasons and the benchmark 
 6. Scale-up is fast but bounded per interval (max(100 %, maxScaleUpStep)); panic mode (burst demand at least
    `panicThreshold` x the ready capacity, or nothing ready at all) lifts the bound. Replicas still starting are
    already in the count, so they are capacity on the way. Scale-down goes to the highest steady recommendation of
-   the stabilisation window (a shorter quiet window when nothing queued during a longer lookback), never below what
-   the running requests occupy, and not while nothing is ready yet.
+   the stabilisation window (a shorter quiet window when the fleet met its SLO, or without that reading did not
+   queue, during a longer lookback), never below what the running requests occupy, and not while nothing is ready.
 7. Bounds: minReplicas/maxReplicas and the GPU budget (warm replicas give way first).
 """
 
@@ -87,7 +87,7 @@ def decide(
     down_window, quiet = _scale_down_window(current, rates, rule)
     target, how = _stabilise(current.desired, recommendation, memory, rule, now, mode, demand.in_flight, down_window)
     if quiet and target < current.desired:
-        how += f" (no queue in {rule.windows.quiet_lookback_seconds}s: {down_window}s window)"
+        how += f" ({quiet}: {down_window}s window)"
     if current.ready == 0 and target < current.desired:
         target, how = current.desired, f"holding {current.desired} until the first replica is ready"
     replicas = _clamp(target, low, high)
@@ -320,23 +320,31 @@ def _panic(current: FleetState, samples: Samples, spec: AutoscalingSpec) -> bool
     return demand >= spec.panic_threshold * current.ready
 
 
-def _scale_down_window(current: FleetState, samples: Samples, spec: AutoscalingSpec) -> tuple[int, bool]:
-    """The scale-down window, and whether it is the quiet one.
+def _scale_down_window(current: FleetState, samples: Samples, spec: AutoscalingSpec) -> tuple[int, str | None]:
+    """The scale-down window, and why the fleet counts as quiet when it is the shorter quiet one (else None).
 
-    The full window keeps capacity through the gaps between bursts that queued. A fleet that never queued beyond
-    `queuePerReplica` during the last `quietLookbackSeconds` was never short of capacity, so its surplus goes
-    after the shorter quiet window: a declining day pays less, while bursty traffic, which queues, keeps its
-    replicas. The lookback is longer than the full window so that periodic traffic keeps its capacity through
-    troughs of a few minutes: a fleet released in the trough meets the next rise a start-up delay short. With no
-    queue reading (or nothing ready to report one) the full window applies.
+    The full window keeps capacity through the gaps between bursts that hurt. A fleet that met its SLO during the
+    last `quietLookbackSeconds` (at most `slo.quietMissRatio` of the requests admitted waited longer than
+    `slo.queueSeconds`) was not short of capacity, so its surplus goes after the shorter quiet window: a declining
+    day pays less, while bursty traffic, which misses, keeps its replicas. The lookback is longer than the full
+    window so that periodic traffic keeps its capacity through troughs of a few minutes: a fleet released in the
+    trough meets the next rise a start-up delay short. Without an SLO reading the queue gauge stands in (no queue
+    beyond `queuePerReplica` during the lookback); with neither (or nothing ready to report) the full window applies.
     """
     full = spec.windows.scale_down_stabilization_seconds
+    quiet = min(full, spec.windows.quiet_scale_down_seconds)
+    lookback = spec.windows.quiet_lookback_seconds
+    if current.ready == 0:
+        return full, None
+    ratio, slo = samples.slo_miss_ratio, spec.slo
+    if slo.enabled and ratio is not None and _usable(ratio):
+        if ratio <= slo.quiet_miss_ratio:
+            return quiet, f"{100 * ratio:.3g}% of requests waited over {slo.queue_seconds:g}s in {lookback}s"
+        return full, None
     peak = samples.queued_peak
-    if current.ready == 0 or peak is None or not _usable(peak):
-        return full, False
-    if peak <= spec.targets.queue_per_replica * current.ready:
-        return min(full, spec.windows.quiet_scale_down_seconds), True
-    return full, False
+    if peak is not None and _usable(peak) and peak <= spec.targets.queue_per_replica * current.ready:
+        return quiet, f"no queue in {lookback}s"
+    return full, None
 
 
 def _stabilise(
@@ -388,6 +396,7 @@ def _observed(samples: Samples | None, now: float, parts: dict[str, float]) -> d
             "gpuUtilization": samples.gpu_utilization,
             "burstyQps": samples.bursty_qps,
             "burstyQpsPeak": samples.bursty_qps_peak,
+            "sloMissRatio": samples.slo_miss_ratio,
         }
         out.update({k: float(v) for k, v in fields.items() if v is not None and math.isfinite(v)})
         if samples.age_seconds is not None:

@@ -24,7 +24,7 @@ import requests
 from prometheus_api_client import PrometheusConnect
 from urllib3.util.retry import Retry
 
-from ..api.spec import AutoscalingSpec, AutoscalingWindows, BurstyTraffic, SustainedRise
+from ..api.spec import AutoscalingSpec, AutoscalingWindows, BurstyTraffic, ServiceLevel, SustainedRise
 from .signals import Samples
 
 DEFAULT_TIMEOUT_SECONDS = 5.0
@@ -42,7 +42,8 @@ class Target:
 class Queries:
     """Label names and PromQL templates. Templates are `str.format` strings (literal braces doubled) over:
     `{workers}`, `{routers}`, `{deployment}` (label matchers, without braces), `{namespace}` (the namespace value),
-    `{ns_label}`, `{pod_label}`, and the windows `{rate}`, `{burst}`, `{lookback}`, `{step}`, `{slot}` in seconds."""
+    `{ns_label}`, `{pod_label}`, and the windows `{rate}`, `{burst}`, `{lookback}`, `{step}`, `{slot}`, `{quiet}`
+    (the quiet lookback) in seconds; `slo_miss_ratio` also takes `{le}`, the SLO's bucket bound."""
 
     namespace_label: str = "namespace"
     pod_label: str = "pod"
@@ -72,6 +73,12 @@ class Queries:
         " * on ({ns_label}, {pod_label}) group_left ()"
         " max by ({ns_label}, {pod_label}) (up{{{workers}}} == 1))"
     )
+    slo_miss_ratio: str = (
+        'clamp_min(1 - sum(rate(sglang:queue_time_seconds_bucket{{{workers},le="{le}"}}[{quiet}s]))'
+        " / sum(rate(sglang:queue_time_seconds_count{{{workers}}}[{quiet}s])), 0)"
+    )
+    """Share of admitted requests that waited longer than the SLO (`{le}`: the bucket bound, formatted as the
+    Prometheus Python client writes it, e.g. "1.0"); 0/0 without requests is NaN, read as no value."""
     age: str = "time() - max(timestamp(up{{{deployment}}}))"
     """Seconds since the newest scrape of any of the deployment's pods (a failing target loses its series, so its
     signals go missing rather than stale)."""
@@ -82,9 +89,11 @@ class Queries:
         windows: AutoscalingWindows,
         bursty: BurstyTraffic | None = None,
         rise: SustainedRise | None = None,
+        slo: ServiceLevel | None = None,
     ) -> dict[str, str]:
         """The PromQL for each field of `Samples`, in the order they are read (essential ones first); the
-        `bursty_*` rates and the `qps_trend` series only when their rule is given and enabled."""
+        `bursty_*` rates, the `qps_trend` series and the SLO miss ratio only when their rule is given and
+        enabled."""
         base = {
             self.namespace_label: target.namespace,
             self.deployment_label: target.deployment,
@@ -101,6 +110,7 @@ class Queries:
             "lookback": windows.peak_lookback_seconds,
             "step": self.step_seconds,
             "slot": windows.slot_time_seconds,
+            "quiet": max(windows.quiet_lookback_seconds, self.step_seconds),  # a subquery needs one step at least
         }
 
         fallback = {**values, "slot": self.slot_fallback_seconds}
@@ -111,9 +121,9 @@ class Queries:
         def peak(window: int, lookback: int) -> str:
             return f"max_over_time(({demand(window)})[{lookback}s:{self.step_seconds}s])"
 
-        rates = {}
+        optional = {}
         if bursty is not None and bursty.enabled:
-            rates = {
+            optional = {
                 "bursty_qps": demand(bursty.rate_seconds),
                 "bursty_qps_burst": demand(bursty.burst_seconds),
                 "bursty_qps_peak": peak(bursty.burst_seconds, bursty.peak_lookback_seconds),
@@ -122,7 +132,9 @@ class Queries:
             # Two resolution steps over the span: subquery points are aligned to the step (the newest may be a step
             # old) and the range is open at its start, so the reading `steps` steps before the newest stays inside.
             span = rise.steps * rise.step_seconds + 2 * self.step_seconds
-            rates["qps_trend"] = f"({demand(windows.rate_seconds)})[{span}s:{self.step_seconds}s]"
+            optional["qps_trend"] = f"({demand(windows.rate_seconds)})[{span}s:{self.step_seconds}s]"
+        if slo is not None and slo.enabled:
+            optional["slo_miss_ratio"] = self.slo_miss_ratio.format(**values, le=repr(float(slo.queue_seconds)))
         return {
             "age_seconds": self.age.format(**values),
             "qps": demand(windows.rate_seconds),
@@ -131,10 +143,9 @@ class Queries:
             "slot_seconds": f"({self.slot.format(**values)}) or ({self.slot.format(**fallback)})",
             "running": self.running.format(**values),
             "queued": self.queued.format(**values),
-            "queued_peak": f"max_over_time(({self.queued.format(**values)})"
-            f"[{max(windows.quiet_lookback_seconds, self.step_seconds)}s:{self.step_seconds}s])",
+            "queued_peak": f"max_over_time(({self.queued.format(**values)})[{values['quiet']}s:{self.step_seconds}s])",
             "gpu_utilization": self.gpu_utilization.format(**values),
-            **rates,
+            **optional,
         }
 
     def with_changes(self, **changes: Any) -> "Queries":
@@ -169,11 +180,12 @@ def read_samples(
     timeout_seconds: float = DEFAULT_TIMEOUT_SECONDS,
     bursty: BurstyTraffic | None = None,
     rise: SustainedRise | None = None,
+    slo: ServiceLevel | None = None,
 ) -> tuple[Samples | None, str | None]:
     """Read the deployment's signals. Returns (samples, error): samples is None when an essential query (sample
     age, request rate) failed; error names whatever failed, also when the samples are usable without it."""
     collected_at = time.time() if now is None else now
-    promql = (queries or Queries()).render(target, windows, bursty, rise)
+    promql = (queries or Queries()).render(target, windows, bursty, rise, slo)
     values: dict[str, Any] = dict.fromkeys(promql)
     errors: list[str] = []
     for name, query in promql.items():
@@ -217,6 +229,7 @@ def fetch_samples(
         timeout_seconds,
         bursty=autoscaling.bursty_traffic,
         rise=autoscaling.sustained_rise,
+        slo=autoscaling.slo,
     )
 
 

@@ -49,6 +49,9 @@ class Samples:
     qps_trend: tuple[tuple[float, float], ...] | None = None
     """(time, rate over `windows.rateSeconds`) over the last `sustainedRise` span, oldest first, by Prometheus'
     clock (None when that rule is disabled)."""
+    slo_miss_ratio: float | None = None
+    """Share of the requests admitted during `windows.quietLookbackSeconds` that waited longer than
+    `slo.queueSeconds` (None when disabled, with no requests, or with no histogram bucket at that bound)."""
 
     def with_fields(self, **changes: Any) -> "Samples":
         """A copy with some fields replaced (tests and simulators build readings step by step)."""
