@@ -80,6 +80,8 @@ CASES: list[tuple[str, str, dict[str, Any], dict[str, Any]]] = [
     ("spec.autoscaling.windows.quietLookbackSeconds", "at least 1",
      {"autoscaling": {"windows": {"quietLookbackSeconds": 0}}},
      {"autoscaling": {"windows": {"quietLookbackSeconds": 1800}}}),
+    ("spec.autoscaling.windows.quietMaxRise", "at least 0",
+     {"autoscaling": {"windows": {"quietMaxRise": -0.5}}}, {"autoscaling": {"windows": {"quietMaxRise": 0}}}),
     ("spec.autoscaling.windows.metricsMaxAgeSeconds", "at least 1",
      {"autoscaling": {"windows": {"metricsMaxAgeSeconds": 0}}},
      {"autoscaling": {"windows": {"metricsMaxAgeSeconds": 120}}}),

@@ -33,8 +33,8 @@ def samples_from_scrapes(s: Scrapes, spec: AutoscalingSpec, now: float, concurre
             "bursty_qps_burst": s.rate(s.arrivals, b.burst_seconds),
             "bursty_qps_peak": s.peak_rate(s.arrivals, b.burst_seconds, b.peak_lookback_seconds),
         }
-    if rise.enabled:
-        demand["qps_trend"] = _trend(s, w.rate_seconds, rise.steps * rise.step_seconds)
+    span = max(w.quiet_lookback_seconds, rise.steps * rise.step_seconds if rise.enabled else 0)
+    demand["qps_trend"] = _trend(s, w.rate_seconds, span)
     slot = _slot_time(s, w.slot_time_seconds) or _slot_time(s, SLOT_FALLBACK_S)
     if s.ready[-1] == 0:  # no worker series but the slot time Prometheus still holds from earlier
         return Samples(collected_at=now, age_seconds=now - s.t[-1], slot_seconds=slot, **demand)

@@ -114,6 +114,11 @@ def desired(fleet: Fleet) -> int:
     return int((fleet.status().get("autoscaler") or {}).get("desiredReplicas") or 0)
 
 
+def slo_miss_ratio(fleet: Fleet) -> tuple[float] | None:
+    value = ((fleet.status().get("autoscaler") or {}).get("observed") or {}).get("sloMissRatio")
+    return None if value is None else (float(value),)
+
+
 def test_scales_up_under_trace_load_and_back_down(autoscaled: Fleet) -> None:
     fleet = autoscaled
     router = fleet.router_urls()[0]
@@ -133,6 +138,9 @@ def test_scales_up_under_trace_load_and_back_down(autoscaled: Fleet) -> None:
     load.join(timeout=120)
     sent, errors = result["load"]
     assert sent >= 300 and not errors, errors[:5]
+    # The SLO reading (sglang:queue_time_seconds through the real Prometheus) reaches the status the operator writes.
+    (ratio,) = wait_for(lambda: slo_miss_ratio(fleet), 30, "the share of requests over the SLO in status")
+    assert 0.0 <= ratio <= 1.0
     wait_for(lambda: desired(fleet) == 1, DOWN_WINDOW_S + 60, "the autoscaler to scale back down", interval=1.0,
              on_timeout=lambda: f"; autoscaler={fleet.status().get('autoscaler')}")  # fmt: skip
     wait_for(lambda: len(fleet.pods()) == 1, 90, "surplus replicas drained and deleted")

@@ -4,6 +4,7 @@ C = 32 slots per replica and a 1 s slot time throughout, so one replica carries 
 the default 30 % headroom: 100 req/s asks for ceil(100 x 1.3 / 32) = 5 replicas.
 """
 
+import math
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any
@@ -11,7 +12,7 @@ from typing import Any
 import pytest
 
 from sglang_operator.api.spec import AutoscalingSpec, SustainedRise
-from sglang_operator.autoscaling.policy import MAX_MEMORY, decide, prune_history, sustained_slope
+from sglang_operator.autoscaling.policy import MAX_MEMORY, decide, largest_rise, prune_history, sustained_slope
 from sglang_operator.autoscaling.signals import (
     Decision,
     FleetState,
@@ -338,6 +339,41 @@ def test_the_slo_reading_decides_the_window_when_there_is_one(
 ) -> None:
     run = Run(spec(**overrides), desired=10)
     samples = reading(120, 105, queued_peak=queued_peak, slo_miss=slo_miss)
+    run.play([Step(0, reading(240, 0), 10), Step(105, samples, 5 if window == 90 else 10, reason=f"{window}s")])
+
+
+@pytest.mark.parametrize(
+    ("rates", "lookback", "rise"),
+    [
+        ([7, 6, 5, 4, 3], 600, 0.0),  # a decline never rises
+        ([4, 2, 3, 1], 600, 0.5),  # 2 -> 3: a rise is measured from the lowest reading before it
+        ([1, 7, 4, 2], 600, 6.0),  # periodic traffic: from the trough to the crest
+        ([1, 7, 4, 2], 150, 0.0),  # that rise is older than the lookback
+        ([0, 0, 2], 600, math.inf),  # from nothing
+        ([3], 600, 0.0),
+        ([], 600, 0.0),
+    ],
+)
+def test_the_largest_rise_within_the_lookback(rates: list[float], lookback: int, rise: float) -> None:
+    assert largest_rise(series(1000.0, rates), lookback) == pytest.approx(rise)
+
+
+@pytest.mark.parametrize(
+    ("overrides", "trend", "window"),
+    [
+        ({}, [240, 200, 160, 120], 90),  # a decline: the quiet window
+        ({}, [100, 160, 120, 120], 300),  # rose 60 % within the lookback: periodic, keep its capacity
+        ({}, [160, 100, 210, 120], 300),
+        ({"windows": {"quietMaxRise": 1.0}}, [100, 160, 120, 120], 90),  # a rise of 60 % allowed
+        ({}, None, 90),  # no series yet (a young Prometheus): the SLO alone decides
+    ],
+)
+def test_traffic_that_rose_again_in_the_lookback_keeps_the_full_window(
+    overrides: dict[str, Any], trend: list[float] | None, window: int
+) -> None:
+    # Nobody waited over the SLO in either case: the rise alone decides.
+    run = Run(spec(**overrides), desired=10)
+    samples = reading(120, 105, slo_miss=0.0, trend=trend)
     run.play([Step(0, reading(240, 0), 10), Step(105, samples, 5 if window == 90 else 10, reason=f"{window}s")])
 
 

@@ -95,6 +95,7 @@ def prometheus() -> Iterator[Callable[..., FakePrometheus]]:
 
 # Keys that pick out each default query (see Queries.render).
 HEALTHY = {
+    "[120s])))[": matrix([(985.0, 40.0), (1000.0, 42.0)]),  # the stable rate's series (a subquery)
     "time() -": vector(4.5),
     "max_over_time((sum(sglang:num_queue_reqs": vector(7),
     "[600s:15s]": vector(130.0),  # the bursty-traffic rule's busiest rate
@@ -122,8 +123,9 @@ def test_reads_every_signal(prometheus: Callable[..., FakePrometheus]) -> None:
     assert (samples.qps, samples.qps_burst, samples.qps_peak) == (42.0, 55.0, 90.0)
     assert samples.slot_seconds == 1.25
     assert (samples.running, samples.queued, samples.queued_peak, samples.gpu_utilization) == (40.0, 3.0, 7.0, 71.5)
+    assert samples.qps_trend == ((985.0, 40.0), (1000.0, 42.0))
     assert samples.bursty_qps is None and samples.bursty_qps_peak is None  # not asked for
-    assert len(fake.queries) == 9
+    assert len(fake.queries) == 10
 
 
 def test_reads_the_bursty_traffic_rates_when_that_rule_is_on(prometheus: Callable[..., FakePrometheus]) -> None:
@@ -132,7 +134,7 @@ def test_reads_the_bursty_traffic_rates_when_that_rule_is_on(prometheus: Callabl
     assert error is None and samples is not None
     assert (samples.qps, samples.qps_burst, samples.qps_peak) == (42.0, 55.0, 90.0)
     assert (samples.bursty_qps, samples.bursty_qps_burst, samples.bursty_qps_peak) == (38.0, 66.0, 130.0)
-    assert len(fake.queries) == 12
+    assert len(fake.queries) == 13
     off = Queries().render(TARGET, WINDOWS, BurstyTraffic(enabled=False))
     assert not any(name.startswith("bursty_") for name in off)
 
@@ -140,17 +142,31 @@ def test_reads_the_bursty_traffic_rates_when_that_rule_is_on(prometheus: Callabl
 def test_reads_the_stable_rate_series_when_the_sustained_rise_rule_is_on(
     prometheus: Callable[..., FakePrometheus],
 ) -> None:
-    # The 120 s rate over 7 steps of 60 s plus two resolution steps, at the 15 s resolution; two series (a custom
-    # query without its outer sum) add up point by point, NaN points are left out.
+    # The 120 s rate over 7 steps of 60 s plus two resolution steps, at the 15 s resolution (longer than a 300 s
+    # quiet lookback); two series (a custom query without its outer sum) add up point by point, NaN points are
+    # left out.
     first = [(1000.0, 10.0), (1015.0, 11.0), (1030.0, "NaN")]
     second = [(1000.0, 1.0), (1015.0, 2.0)]
     fake = prometheus({"[450s:15s]": matrix(first, second), **HEALTHY})
-    samples, error = read_samples(connect(fake.url, 2), TARGET, WINDOWS, rise=SustainedRise())
+    short = AutoscalingWindows(quiet_lookback_seconds=300)
+    samples, error = read_samples(connect(fake.url, 2), TARGET, short, rise=SustainedRise())
     assert error is None and samples is not None
     assert samples.qps_trend == ((1000.0, 11.0), (1015.0, 13.0))
     assert samples.qps == 42.0
     assert fake.queries[-1].startswith("(sum(rate(smg_router_requests_total{") and "[120s]))" in fake.queries[-1]
-    assert "qps_trend" not in Queries().render(TARGET, WINDOWS, rise=SustainedRise(enabled=False))
+
+
+@pytest.mark.parametrize(
+    ("quiet_lookback", "rise", "span"),
+    [(600, SustainedRise(), 600), (600, SustainedRise(steps=10), 630), (300, SustainedRise(enabled=False), 300)],
+)
+def test_the_stable_rate_series_covers_the_quiet_lookback_or_the_rise(
+    quiet_lookback: int, rise: SustainedRise, span: int
+) -> None:
+    # The quiet test (`windows.quietMaxRise`) reads the series over the quiet lookback, with or without the
+    # sustained-rise rule.
+    rendered = Queries().render(TARGET, AutoscalingWindows(quiet_lookback_seconds=quiet_lookback), rise=rise)
+    assert rendered["qps_trend"].endswith(f"[120s])))[{span}s:15s]")
 
 
 @pytest.mark.parametrize(("answer", "ratio"), [(vector(0.031), 0.031), (vector("NaN"), None), (EMPTY, None)])
@@ -179,7 +195,7 @@ def test_the_slo_bound_is_written_as_the_histogram_labels_it() -> None:
 
 
 def test_a_malformed_series_is_an_error_not_an_exception(prometheus: Callable[..., FakePrometheus]) -> None:
-    fake = prometheus({"[450s:15s]": vector(3.0), **HEALTHY})  # a vector where a matrix belongs
+    fake = prometheus({**HEALTHY, "[120s])))[": vector(3.0)})  # a vector where a matrix belongs
     samples, error = read_samples(connect(fake.url, 2), TARGET, WINDOWS, rise=SustainedRise())
     assert samples is not None and samples.qps_trend is None and samples.qps == 42.0
     assert error is not None and error.startswith("qps_trend query failed: ValueError: malformed series")
@@ -221,10 +237,11 @@ def test_label_values_are_escaped() -> None:
 
 def test_no_series_and_nan_are_missing_values(prometheus: Callable[..., FakePrometheus]) -> None:
     # A fleet at zero: only the router reports; 0/0 slot time is NaN.
-    fake = prometheus({"time() -": vector(3), "[120s]))": vector(2.0), "e2e_request": vector("NaN")})
+    rules = {"[120s])))[": matrix(), "time() -": vector(3), "[120s]))": vector(2.0), "e2e_request": vector("NaN")}
+    fake = prometheus(rules)
     samples, error = read_samples(connect(fake.url, 2), TARGET, WINDOWS)
     assert error is None and samples is not None
-    assert samples.qps == 2.0
+    assert samples.qps == 2.0 and samples.qps_trend is None
     assert samples.slot_seconds is None
     assert samples.running is None and samples.gpu_utilization is None
 
@@ -272,10 +289,10 @@ def test_unreachable_prometheus_is_reported(prometheus: Callable[..., FakePromet
 
 
 def test_fetch_samples_wires_the_spec_windows(prometheus: Callable[..., FakePrometheus]) -> None:
-    fake = prometheus(HEALTHY)
+    fake = prometheus({"[90s])))[": matrix([(1000.0, 42.0)]), **HEALTHY})
     spec = AutoscalingSpec.model_validate(
         {
-            "windows": {"rateSeconds": 90, "peakLookbackSeconds": 300},
+            "windows": {"rateSeconds": 90, "peakLookbackSeconds": 300, "quietLookbackSeconds": 120},
             "burstyTraffic": {"rateSeconds": 420, "burstSeconds": 45, "peakLookbackSeconds": 900},
             "sustainedRise": {"stepSeconds": 30, "steps": 5},
             "slo": {"queueSeconds": 2},
@@ -288,7 +305,7 @@ def test_fetch_samples_wires_the_spec_windows(prometheus: Callable[..., FakeProm
     assert any("[420s]" in q for q in fake.queries)
     assert any("[45s]" in q and "[900s:15s]" in q for q in fake.queries)
     assert any("[90s]))" in q and q.endswith(")[180s:15s]") for q in fake.queries)  # 5 x 30 s + 2 x 15 s
-    assert any('le="2.0"}[600s]))' in q for q in fake.queries)
+    assert any('le="2.0"}[120s]))' in q for q in fake.queries)  # over the quiet lookback
 
 
 def test_malformed_url_is_reported() -> None:

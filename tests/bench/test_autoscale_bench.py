@@ -106,6 +106,19 @@ def test_periodic_busy_stretches_keep_their_capacity_through_the_troughs(tmp_pat
     assert ours["replica_hours"] <= 1.05 * report["policies"]["hpa"]["replica_hours"]
 
 
+def test_a_wave_keeps_its_capacity_through_its_troughs(tmp_path: Path) -> None:
+    # A 10-minute wave. The fleet meets its SLO at the crest, but its rate rose within the quiet lookback: the
+    # trough is not a decline, so the full window keeps the crest's replicas for the next rise. Without that test
+    # (a huge windows.quietMaxRise) the SLO reading releases them in the trough and the next crest misses more.
+    trace = write_shape(shape_named("slow-wave"), tmp_path, "azure")
+    report = run_bench(trace, *SMALL)
+    assert_dominates(report)
+    ours = report["policies"]["sglang-operator"]
+    released = run_bench(trace, "--set", "windows.quietMaxRise=1000", *SMALL)["policies"]["sglang-operator"]
+    assert released["slo_miss_pct"] > ours["slo_miss_pct"] + 5
+    assert released["replica_hours"] < ours["replica_hours"]
+
+
 @pytest.mark.xfail(
     strict=True,
     reason="known gap (docs/autoscaling.md): a sudden 3x step overloads every reactive fleet for a start-up "

@@ -180,19 +180,26 @@ class AutoscalingWindows(SpecModel):
     )
     scale_down_stabilization_seconds: int = Field(
         default=300,
-        description="Scale down only to the highest recommendation of this window (HPA's default) when the fleet "
-        "queued beyond queuePerReplica at some point of the last quietLookbackSeconds; otherwise "
-        "quietScaleDownSeconds applies.",
+        description="Scale down only to the highest recommendation of this window (HPA's default) unless the fleet "
+        "was quiet over the last quietLookbackSeconds; then quietScaleDownSeconds applies.",
     )
     quiet_scale_down_seconds: int = Field(
         default=90,
-        description="The shorter scale-down window used when no queue beyond queuePerReplica formed during the "
-        "last quietLookbackSeconds: capacity that was never short is released sooner.",
+        description="The shorter scale-down window of a quiet fleet: over the last quietLookbackSeconds it met its "
+        "SLO (see slo; without that reading: no queue beyond queuePerReplica) and its stable request rate did not "
+        "rise by more than quietMaxRise. Capacity that was not short, for traffic that is not coming back, is "
+        "released sooner.",
     )
     quiet_lookback_seconds: int = Field(
         default=600,
-        description="How long the fleet must not have queued beyond queuePerReplica before quietScaleDownSeconds "
-        "applies; longer than the troughs of periodic traffic, so their capacity is kept for the next rise.",
+        description="How far back a fleet must have been quiet before quietScaleDownSeconds applies; longer than the "
+        "troughs of periodic traffic, so their capacity is kept for the next rise.",
+    )
+    quiet_max_rise: float = Field(
+        default=0.5,
+        description="A fleet whose stable request rate rose by more than this fraction at some point of the quiet "
+        "lookback is not quiet: traffic that came back up is periodic, and its next rise would meet a fleet "
+        "released in the trough a start-up delay short. A large value disables the test.",
     )
     metrics_max_age_seconds: int = Field(default=60, description="Older samples count as missing (hold).")
 

@@ -256,6 +256,14 @@ RULES: tuple[Rule, ...] = (
     ),
     *(_window("windows", *bound) for bound in _WINDOW_BOUNDS),
     _between(
+        "spec.autoscaling.windows.quietMaxRise",
+        0.0,
+        None,
+        lambda s: s.autoscaling.windows.quiet_max_rise,
+        "it is the rise of the stable rate within the quiet lookback (0.5 = 50 %) beyond which the fleet keeps "
+        "the full scale-down window; a large value disables the test.",
+    ),
+    _between(
         "spec.autoscaling.burstyTraffic.threshold",
         1.0,
         None,

@@ -19,8 +19,9 @@ How one decision is made (docs/autoscaling.md has the reasons and the benchmark 
 6. Scale-up is fast but bounded per interval (max(100 %, maxScaleUpStep)); panic mode (burst demand at least
    `panicThreshold` x the ready capacity, or nothing ready at all) lifts the bound. Replicas still starting are
    already in the count, so they are capacity on the way. Scale-down goes to the highest steady recommendation of
-   the stabilisation window (a shorter quiet window when the fleet met its SLO, or without that reading did not
-   queue, during a longer lookback), never below what the running requests occupy, and not while nothing is ready.
+   the stabilisation window (a shorter quiet window when, over a longer lookback, the fleet met its SLO, or without
+   that reading did not queue, and its traffic did not rise again), never below what the running requests occupy,
+   and not while nothing is ready.
 7. Bounds: minReplicas/maxReplicas and the GPU budget (warm replicas give way first).
 """
 
@@ -323,18 +324,17 @@ def _panic(current: FleetState, samples: Samples, spec: AutoscalingSpec) -> bool
 def _scale_down_window(current: FleetState, samples: Samples, spec: AutoscalingSpec) -> tuple[int, str | None]:
     """The scale-down window, and why the fleet counts as quiet when it is the shorter quiet one (else None).
 
-    The full window keeps capacity through the gaps between bursts that hurt. A fleet that met its SLO during the
-    last `quietLookbackSeconds` (at most `slo.quietMissRatio` of the requests admitted waited longer than
-    `slo.queueSeconds`) was not short of capacity, so its surplus goes after the shorter quiet window: a declining
-    day pays less, while bursty traffic, which misses, keeps its replicas. The lookback is longer than the full
-    window so that periodic traffic keeps its capacity through troughs of a few minutes: a fleet released in the
-    trough meets the next rise a start-up delay short. Without an SLO reading the queue gauge stands in (no queue
-    beyond `queuePerReplica` during the lookback); with neither (or nothing ready to report) the full window applies.
+    The full window keeps capacity through the gaps between bursts that hurt and through the troughs of periodic
+    traffic. A fleet is quiet when, over the last `quietLookbackSeconds`, it met its SLO (at most `slo.quietMissRatio`
+    of the requests admitted waited longer than `slo.queueSeconds`: capacity was not short) and its stable rate did
+    not rise by more than `quietMaxRise` (the traffic is not coming back); its surplus then goes after the shorter
+    quiet window, so a declining day pays less. Without an SLO reading the queue gauge stands in (no queue beyond
+    `queuePerReplica` during the lookback); with neither (or nothing ready to report) the full window applies.
     """
-    full = spec.windows.scale_down_stabilization_seconds
-    quiet = min(full, spec.windows.quiet_scale_down_seconds)
-    lookback = spec.windows.quiet_lookback_seconds
-    if current.ready == 0:
+    windows = spec.windows
+    full, lookback = windows.scale_down_stabilization_seconds, windows.quiet_lookback_seconds
+    quiet = min(full, windows.quiet_scale_down_seconds)
+    if current.ready == 0 or largest_rise(samples.qps_trend, lookback) > windows.quiet_max_rise:
         return full, None
     ratio, slo = samples.slo_miss_ratio, spec.slo
     if slo.enabled and ratio is not None and _usable(ratio):
@@ -345,6 +345,25 @@ def _scale_down_window(current: FleetState, samples: Samples, spec: AutoscalingS
     if peak is not None and _usable(peak) and peak <= spec.targets.queue_per_replica * current.ready:
         return quiet, f"no queue in {lookback}s"
     return full, None
+
+
+def largest_rise(trend: Sequence[tuple[float, float]] | None, lookback: float) -> float:
+    """The largest rise of the rate within the last `lookback` seconds of the series: the most any reading exceeds
+    the lowest one before it, as a fraction of that one (inf from zero; 0 when it only fell, or without a series).
+
+    A decline never rises; periodic traffic rises within every period, wherever the lookback starts.
+    """
+    if not trend:
+        return 0.0
+    since = trend[-1][0] - lookback
+    lowest, rise = math.inf, 0.0
+    for time, rate in trend:
+        if time < since:
+            continue
+        if rate > lowest:
+            rise = max(rise, math.inf if lowest <= 0 else rate / lowest - 1.0)
+        lowest = min(lowest, rate)
+    return rise
 
 
 def _stabilise(

@@ -92,12 +92,13 @@ class Queries:
         slo: ServiceLevel | None = None,
     ) -> dict[str, str]:
         """The PromQL for each field of `Samples`, in the order they are read (essential ones first); the
-        `bursty_*` rates, the `qps_trend` series and the SLO miss ratio only when their rule is given and
-        enabled."""
+        `bursty_*` rates and the SLO miss ratio only when their rule is given and enabled. The `qps_trend` series
+        covers the quiet lookback (`windows.quietMaxRise`), or the sustained-rise span when that is longer."""
         base = {
             self.namespace_label: target.namespace,
             self.deployment_label: target.deployment,
         }
+        quiet = max(windows.quiet_lookback_seconds, self.step_seconds)  # a subquery needs one step at least
         values = {
             "workers": _matchers({**base, self.component_label: self.worker_component}),
             "routers": _matchers({**base, self.component_label: self.router_component}),
@@ -110,7 +111,7 @@ class Queries:
             "lookback": windows.peak_lookback_seconds,
             "step": self.step_seconds,
             "slot": windows.slot_time_seconds,
-            "quiet": max(windows.quiet_lookback_seconds, self.step_seconds),  # a subquery needs one step at least
+            "quiet": quiet,
         }
 
         fallback = {**values, "slot": self.slot_fallback_seconds}
@@ -128,11 +129,11 @@ class Queries:
                 "bursty_qps_burst": demand(bursty.burst_seconds),
                 "bursty_qps_peak": peak(bursty.burst_seconds, bursty.peak_lookback_seconds),
             }
+        span = quiet
         if rise is not None and rise.enabled:
             # Two resolution steps over the span: subquery points are aligned to the step (the newest may be a step
             # old) and the range is open at its start, so the reading `steps` steps before the newest stays inside.
-            span = rise.steps * rise.step_seconds + 2 * self.step_seconds
-            optional["qps_trend"] = f"({demand(windows.rate_seconds)})[{span}s:{self.step_seconds}s]"
+            span = max(span, rise.steps * rise.step_seconds + 2 * self.step_seconds)
         if slo is not None and slo.enabled:
             optional["slo_miss_ratio"] = self.slo_miss_ratio.format(**values, le=repr(float(slo.queue_seconds)))
         return {
@@ -143,8 +144,9 @@ class Queries:
             "slot_seconds": f"({self.slot.format(**values)}) or ({self.slot.format(**fallback)})",
             "running": self.running.format(**values),
             "queued": self.queued.format(**values),
-            "queued_peak": f"max_over_time(({self.queued.format(**values)})[{values['quiet']}s:{self.step_seconds}s])",
+            "queued_peak": f"max_over_time(({self.queued.format(**values)})[{quiet}s:{self.step_seconds}s])",
             "gpu_utilization": self.gpu_utilization.format(**values),
+            "qps_trend": f"({demand(windows.rate_seconds)})[{span}s:{self.step_seconds}s]",
             **optional,
         }
 

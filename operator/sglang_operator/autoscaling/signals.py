@@ -47,8 +47,8 @@ class Samples:
     bursty_qps_peak: float | None = None
     """... and the busiest `burstSeconds` rate over its `peakLookbackSeconds`."""
     qps_trend: tuple[tuple[float, float], ...] | None = None
-    """(time, rate over `windows.rateSeconds`) over the last `sustainedRise` span, oldest first, by Prometheus'
-    clock (None when that rule is disabled)."""
+    """(time, rate over `windows.rateSeconds`) over the last `windows.quietLookbackSeconds`, or the
+    `sustainedRise` span when that is longer, oldest first, by Prometheus' clock (None: no series yet)."""
     slo_miss_ratio: float | None = None
     """Share of the requests admitted during `windows.quietLookbackSeconds` that waited longer than
     `slo.queueSeconds` (None when disabled, with no requests, or with no histogram bucket at that bound)."""
