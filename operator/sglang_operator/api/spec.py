@@ -253,10 +253,11 @@ class ServiceLevel(SpecModel):
     slot, from SGLang's `sglang:queue_time_seconds` histogram (recorded when a request is admitted to a batch).
 
     It decides how soon surplus capacity goes. While at most `quietMissRatio` of the requests admitted during
-    `windows.quietLookbackSeconds` waited longer, the fleet was not short of capacity and the quiet scale-down window
-    applies. Without that reading (disabled, no requests, or no histogram bucket at `queueSeconds`) the queue gauge
-    decides instead: no queue beyond `targets.queuePerReplica` during the lookback. A gauge sampled every scrape
-    sees a queue that served everyone within the SLO as a shortage, and misses one that formed between scrapes.
+    `windows.quietLookbackSeconds` waited longer, the fleet was not short of capacity, and the quiet scale-down
+    window applies unless its request rate rose again in the lookback (`windows.quietMaxRise`). Without that
+    reading (disabled, no requests, or no histogram bucket at `queueSeconds`) the queue gauge decides instead: no
+    queue beyond `targets.queuePerReplica` during the lookback. A gauge sampled every scrape sees a queue that
+    served everyone within the SLO as a shortage, and misses one that formed between scrapes.
     docs/autoscaling.md has the measurements behind the defaults.
     """
 
