@@ -65,11 +65,11 @@ def _slo_miss_ratio(s: Scrapes, spec: AutoscalingSpec) -> float | None:
     if spec.slo.queue_seconds not in QUEUE_BUCKETS:
         return None
     window = spec.windows.quiet_lookback_seconds
-    admitted = s.delta(s.admitted, window)
+    admitted = s.bucket_delta(-1, window)
     within = s.bucket_delta(QUEUE_BUCKETS.index(spec.slo.queue_seconds), window)
-    if admitted is None or within is None or admitted[0] <= 0:
+    if admitted is None or within is None or admitted <= 0:
         return None
-    return max(0.0, 1.0 - within / admitted[0])
+    return max(0.0, 1.0 - within / admitted)
 
 
 def _slot_time(s: Scrapes, window: float) -> float | None:

@@ -37,19 +37,22 @@ class Scrapes:
     running: list[float] = field(default_factory=list)
     queued: list[float] = field(default_factory=list)
     ready: list[int] = field(default_factory=list)
-    admitted: list[float] = field(default_factory=list)
     queue_le: list[tuple[float, ...]] = field(default_factory=list)
     """Per scrape, the `sglang:queue_time_seconds` bucket counts: requests admitted after waiting at most
-    QUEUE_BUCKETS[k] seconds, for each k."""
+    QUEUE_BUCKETS[k] seconds, for each k, then the +Inf bucket (every admitted request)."""
 
     def points(self, window: float) -> int:
         """Scrapes inside (t - window, t], as Prometheus' range selector sees them."""
         return math.ceil(window / self.interval - 1e-9)
 
+    def span(self, window: float, at: int = -1) -> tuple[int, int]:
+        """(first, last) scrape index of a window ending at scrape `at`."""
+        last = len(self.t) + at if at < 0 else at
+        return max(0, last - self.points(window) + 1), last
+
     def delta(self, series: list[float], window: float, at: int = -1) -> tuple[float, float] | None:
         """(increase, seconds) over a window ending at scrape `at`; None with fewer than two scrapes."""
-        j = len(series) + at if at < 0 else at
-        i = max(0, j - self.points(window) + 1)
+        i, j = self.span(window, at)
         if j <= i:
             return None
         return series[j] - series[i], self.t[j] - self.t[i]
@@ -59,15 +62,14 @@ class Scrapes:
         return None if d is None else d[0] / d[1]
 
     def bucket_delta(self, bound: int, window: float) -> float | None:
-        """increase(queue-time bucket `bound`) over a window ending at the latest scrape (as `delta`)."""
-        j = len(self.queue_le) - 1
-        i = max(0, j - self.points(window) + 1)
+        """increase(queue-time bucket `bound`, -1 for +Inf) over a window ending at the latest scrape."""
+        i, j = self.span(window)
         return None if j <= i else self.queue_le[j][bound] - self.queue_le[i][bound]
 
     def peak_rate(self, series: list[float], window: float, lookback: float) -> float | None:
         """max_over_time(rate(x[window])[lookback:interval]) at the latest scrape."""
-        j = len(series) - 1
-        rates = [self.rate(series, window, k) for k in range(max(0, j - self.points(lookback) + 1), j + 1)]
+        i, j = self.span(lookback)
+        rates = [self.rate(series, window, k) for k in range(i, j + 1)]
         known = [r for r in rates if r is not None]
         return max(known) if known else None
 
@@ -192,8 +194,7 @@ def simulate(arrivals: np.ndarray, service: np.ndarray, ctrl: Controller, cfg: S
                 scrapes.running.append(float(busy))
                 scrapes.queued.append(float(len(queue)))
                 scrapes.ready.append(ready)
-                scrapes.admitted.append(sum(waited))
-                scrapes.queue_le.append(tuple(itertools.accumulate(waited[:-1])))
+                scrapes.queue_le.append(tuple(itertools.accumulate(waited)))
                 tl_t.append(t)
                 tl_rep.append(ready + len(starting) + warm_ready + len(warm_starting))
                 tl_ready.append(ready)
@@ -235,8 +236,7 @@ def _seeded_scrapes(cfg: SimConfig, ready: int) -> Scrapes:
         scrapes.running.append(cfg.history_qps * cfg.history_slot_s)
         scrapes.queued.append(0.0)
         scrapes.ready.append(ready)
-        scrapes.admitted.append(count)
-        scrapes.queue_le.append((count,) * len(QUEUE_BUCKETS))
+        scrapes.queue_le.append((count,) * (len(QUEUE_BUCKETS) + 1))
     return scrapes
 
 
