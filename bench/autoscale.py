@@ -40,7 +40,8 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     p.add_argument("--min-peak-replicas", type=int, default=10, help="auto K: oracle peak at least this")
     p.add_argument("--jitter", type=float, default=1.0, help="seconds of uniform jitter per replayed copy")
     p.add_argument("--time-scale", type=float, default=1.0, help="compress the trace's time by this factor")
-    p.add_argument("--max-seconds", type=float, default=None, help="use only the first seconds (after compression)")
+    p.add_argument("--start-seconds", type=float, default=0.0, help="skip the first seconds (after compression)")
+    p.add_argument("--max-seconds", type=float, default=None, help="use only the first seconds (after the skip)")
     p.add_argument("--concurrency", type=int, default=32, help="C: requests one replica serves at once")
     p.add_argument("--prefill-tps", type=float, default=10000.0, help="prompt tokens/s for one request")
     p.add_argument("--decode-tps", type=float, default=50.0, help="output tokens/s for one request")
@@ -114,7 +115,7 @@ def prepare(path: str, args: argparse.Namespace) -> Prepared:
     target: the QPS per replica that C and the trace's mean slot time imply at the spec's default headroom (or
     --headroom), which is what an operator would compute from a load test. `--set` overrides reach the policy
     only, so tuning it is always measured against the same HPA and KEDA."""
-    base = traces.window(traces.load(path), args.max_seconds, args.time_scale)
+    base = traces.window(traces.load(path), args.max_seconds, args.time_scale, args.start_seconds)
     k = args.scale or choose_scale(base, args)
     tr = traces.replay(base, k, args.jitter, args.seed)
     svc = traces.service_times(tr, args.prefill_tps, args.decode_tps)

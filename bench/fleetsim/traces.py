@@ -69,10 +69,13 @@ def _azure_csv(path: Path) -> list[tuple[float, float, float]]:
     return rows
 
 
-def window(trace: Trace, max_seconds: float | None, time_scale: float) -> Trace:
-    """Compress time by `time_scale` (2 replays an hour in 30 min), then keep the first `max_seconds`."""
-    t = trace.arrivals / time_scale
-    keep = slice(None) if max_seconds is None else t <= max_seconds
+def window(trace: Trace, max_seconds: float | None, time_scale: float, start_seconds: float = 0.0) -> Trace:
+    """Compress time by `time_scale` (2 replays an hour in 30 min), drop the requests before `start_seconds` (the
+    rest starts at 0), then keep the first `max_seconds`: any stretch of a trace is a trace of its own."""
+    t = trace.arrivals / time_scale - start_seconds
+    keep = (t >= 0) if max_seconds is None else (t >= 0) & (t <= max_seconds)
+    if not keep.any():
+        raise ValueError(f"{trace.name}: no requests between {start_seconds}s and the end of the window")
     return Trace(trace.name, t[keep], trace.tokens_in[keep], trace.tokens_out[keep])
 
 

@@ -137,6 +137,14 @@ def test_options_compress_and_slice(tmp_path: Path) -> None:
     assert report["scale"] == 2
     # Twice as fast, first 120 s: the requests of the trace's first 240 s, each replayed twice.
     assert report["requests"] == 2 * int(np.sum((arrivals - arrivals[0]) / 2 <= 120))
+    # A stretch from the middle: 100 s on (after compression), the next 120 s.
+    later = run_bench(
+        trace, "--scale", "2", "--time-scale", "2", "--start-seconds", "100", "--max-seconds", "120", "--no-plot"
+    )
+    shifted = (arrivals - arrivals[0]) / 2 - 100
+    assert later["requests"] == 2 * int(np.sum((shifted >= 0) & (shifted <= 120)))
+    with pytest.raises(subprocess.CalledProcessError):  # nothing left: an error, not an empty table
+        run_bench(trace, "--start-seconds", "1000", *SMALL)
 
 
 def test_set_tunes_the_policy_and_headroom_moves_every_target(tmp_path: Path) -> None:
