@@ -42,12 +42,13 @@ class Variant:
     name: str
 
 
-def variants(path: str, time_scale: float) -> list[Variant]:
-    """The trace as given, its stretches (in seconds of the trace at `time_scale`) and one option changed at a time."""
-    base = traces.window(traces.load(path), None, time_scale)
+def variants(path: str, args: argparse.Namespace) -> list[Variant]:
+    """The trace as given, its stretches (of the window `args` selects, in its seconds) and one option changed at a
+    time."""
+    base = traces.window(traces.load(path), args.max_seconds, args.time_scale, args.start_seconds)
     duration = float(base.arrivals[-1])
     options: list[tuple[str, ...]] = [
-        ("--start-seconds", f"{start * duration:.0f}", "--max-seconds", f"{length * duration:.0f}")
+        ("--start-seconds", f"{args.start_seconds + start * duration:.0f}", "--max-seconds", f"{length * duration:.0f}")
         for start, length in STRETCHES
     ]
     options += [(flag, value) for flag, values in OPTIONS for value in values]
@@ -76,7 +77,7 @@ class Row:
     @classmethod
     def of(cls, variant: Variant, case: autoscale_sweep.Case, ours: Score) -> "Row":
         hpa_there = interpolate_miss(case.hpa_line, ours.replica_hours)
-        scores = {name: s for name, s in (("sglang-operator", ours), *case.baseline_scores.items())}
+        scores = {"sglang-operator": ours, **case.baseline_scores}
         return cls(
             variant=variant.name,
             scores={name: (round(s.replica_hours, 4), round(s.slo_miss_pct, 4)) for name, s in scores.items()},
@@ -96,7 +97,7 @@ def main(argv: list[str] | None = None) -> int:
     mine, rest = jobs_option.parse_known_args(sys.argv[1:] if argv is None else argv)
     args = autoscale.parse_args(rest)
     common = _without_traces(rest)
-    jobs = [(v, common) for path in args.trace for v in variants(path, args.time_scale)]
+    jobs = [(v, common) for path in args.trace for v in variants(path, args)]
     if mine.jobs > 1:
         with Pool(mine.jobs) as pool:
             results = pool.map(_run, jobs)
