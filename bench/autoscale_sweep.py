@@ -16,8 +16,10 @@ import argparse
 import itertools
 import json
 import sys
+from collections.abc import Callable
 from dataclasses import dataclass
 from multiprocessing import Pool
+from typing import TypeVar
 
 import autoscale
 from fleetsim.ours import Ours
@@ -25,6 +27,8 @@ from fleetsim.report import Score, dominates, interpolate_miss, score
 from fleetsim.sim import simulate
 
 BASELINES = ("hpa", "keda")
+J = TypeVar("J")
+R = TypeVar("R")
 
 
 @dataclass(frozen=True)
@@ -68,6 +72,21 @@ def prepare_case(path: str, args: argparse.Namespace) -> Case:
     return Case(p.trace.name, p, scores, [(rh, m) for _, rh, m in autoscale.hpa_frontier(p, args)])
 
 
+def equal_cost_gap(case: Case, ours: Score) -> float | None:
+    """The policy's misses minus those HPA would have at its replica-hours (HPA's line interpolated; negative is
+    better), rounded; None outside HPA's measured range."""
+    hpa_there = interpolate_miss(case.hpa_line, ours.replica_hours)
+    return None if hpa_there is None else round(ours.slo_miss_pct - hpa_there, 3)
+
+
+def run_jobs(fn: Callable[[J], R], jobs: list[J], workers: int) -> list[R]:
+    """`fn` over `jobs`, in order, in `workers` processes (in this one when 1)."""
+    if workers > 1:
+        with Pool(workers) as pool:
+            return pool.map(fn, jobs)
+    return [fn(job) for job in jobs]
+
+
 def evaluate(job: tuple[Case, list[str], float]) -> Score:
     case, point, slo_wait = job
     spec = autoscale.override(case.prepared.spec, point)
@@ -85,8 +104,7 @@ def _row(point: list[str], cases: list[Case], scores: list[Score]) -> dict[str, 
     for case, ours in zip(cases, scores, strict=True):
         marks = {b: mark(ours, case.baseline_scores[b]) for b in BASELINES}
         dominated += all(m == "Y" for m in marks.values())
-        hpa_there = interpolate_miss(case.hpa_line, ours.replica_hours)
-        gap = None if hpa_there is None else round(ours.slo_miss_pct - hpa_there, 3)
+        gap = equal_cost_gap(case, ours)
         if gap is not None:
             gaps.append(gap)
         traces[case.name] = {
@@ -119,11 +137,7 @@ def main(argv: list[str] | None = None) -> int:
     args, points = parse_args(argv)
     cases = [prepare_case(path, args) for path in args.trace]
     jobs = [(case, point, args.slo_wait) for point in points for case in cases]
-    if args.jobs > 1:
-        with Pool(args.jobs) as pool:
-            results = pool.map(evaluate, jobs)
-    else:
-        results = [evaluate(job) for job in jobs]
+    results = run_jobs(evaluate, jobs, args.jobs)
     rows = [_row(point, cases, results[i * len(cases) : (i + 1) * len(cases)]) for i, point in enumerate(points)]
     if args.json:
         baselines = {

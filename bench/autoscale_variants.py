@@ -16,12 +16,11 @@ import argparse
 import json
 import sys
 from dataclasses import dataclass
-from multiprocessing import Pool
 
 import autoscale
 import autoscale_sweep
 from fleetsim import traces
-from fleetsim.report import Score, interpolate_miss
+from fleetsim.report import Score
 
 STRETCHES = ((0.0, 0.5), (0.5, 0.5), (0.25, 0.5), (0.0, 1 / 3), (1 / 3, 1 / 3), (2 / 3, 1 / 3))
 """(start, length) as fractions of the trace: both halves, the middle half and the thirds."""
@@ -76,13 +75,12 @@ class Row:
 
     @classmethod
     def of(cls, variant: Variant, case: autoscale_sweep.Case, ours: Score) -> "Row":
-        hpa_there = interpolate_miss(case.hpa_line, ours.replica_hours)
         scores = {"sglang-operator": ours, **case.baseline_scores}
         return cls(
             variant=variant.name,
             scores={name: (round(s.replica_hours, 4), round(s.slo_miss_pct, 4)) for name, s in scores.items()},
             marks={b: autoscale_sweep.mark(ours, case.baseline_scores[b]) for b in autoscale_sweep.BASELINES},
-            vs_hpa_at_equal_cost=None if hpa_there is None else round(ours.slo_miss_pct - hpa_there, 3),
+            vs_hpa_at_equal_cost=autoscale_sweep.equal_cost_gap(case, ours),
         )
 
     def line(self, width: int) -> str:
@@ -98,11 +96,7 @@ def main(argv: list[str] | None = None) -> int:
     args = autoscale.parse_args(rest)
     common = _without_traces(rest)
     jobs = [(v, common) for path in args.trace for v in variants(path, args)]
-    if mine.jobs > 1:
-        with Pool(mine.jobs) as pool:
-            results = pool.map(_run, jobs)
-    else:
-        results = [_run(job) for job in jobs]
+    results = autoscale_sweep.run_jobs(_run, jobs, mine.jobs)
     rows = [Row.of(variant, case, ours) for (variant, _), (case, ours) in zip(jobs, results, strict=True)]
     gaps = [r.vs_hpa_at_equal_cost for r in rows if r.vs_hpa_at_equal_cost is not None]
     summary = {
