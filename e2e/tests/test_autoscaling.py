@@ -13,6 +13,7 @@ import time
 from collections.abc import Iterator
 from datetime import datetime
 from pathlib import Path
+from typing import Any
 
 import pytest
 import requests
@@ -32,15 +33,9 @@ BURST_S = 10
 DOWN_WINDOW_S = 30
 
 
-@pytest.fixture
-def autoscaled(cluster: ClusterInfo, api_client: client.ApiClient, namespace: str) -> Iterator[Fleet]:
-    if cluster.prometheus_url is None:
-        pytest.fail("the local cluster runs without Prometheus; `python -m localcluster up` starts it")
-    install_crd(api_client)
-    proc = OperatorProcess(cluster.kubeconfig, [namespace], cluster.state_dir / "logs" / f"operator-{namespace}.log")
-    proc.start()
-    fleet = Fleet(api_client, namespace, "chat")
-    fleet.apply({
+def autoscaled_deployment(prometheus_url: str, **autoscaling: Any) -> dict[str, Any]:
+    """One replica of C = 4 with the autoscaler's windows compressed to seconds; `autoscaling` adds or overrides."""
+    return {
         "apiVersion": "sglang.ai/v1alpha1", "kind": "SGLangDeployment", "metadata": {"name": "chat"},
         "spec": {
             "model": {"path": "meta-llama/Llama-3.1-8B-Instruct", "servedName": "llama"},
@@ -49,7 +44,7 @@ def autoscaled(cluster: ClusterInfo, api_client: client.ApiClient, namespace: st
                 {"name": "SGLANG_SIM_DECODE_TOKENS_PER_S", "value": "32"}]},
             "replicas": 1,
             "autoscaling": {
-                "enabled": True, "minReplicas": 1, "maxReplicas": 4, "prometheusURL": cluster.prometheus_url,
+                "enabled": True, "minReplicas": 1, "maxReplicas": 4, "prometheusURL": prometheus_url,
                 "intervalSeconds": INTERVAL_S, "startupSeconds": STARTUP_S,
                 "windows": {"rateSeconds": 20, "burstSeconds": BURST_S, "peakLookbackSeconds": 20,
                             "scaleDownStabilizationSeconds": DOWN_WINDOW_S, "metricsMaxAgeSeconds": 20},
@@ -57,12 +52,30 @@ def autoscaled(cluster: ClusterInfo, api_client: client.ApiClient, namespace: st
                 # this rule then sizes for its busiest rate and releases it after the same short window.
                 "burstyTraffic": {"rateSeconds": 60, "burstSeconds": BURST_S, "peakLookbackSeconds": 20,
                                   "scaleDownStabilizationSeconds": DOWN_WINDOW_S},
+                **autoscaling,
             },
         },
-    })  # fmt: skip
-    fleet.wait_ready(1, timeout=120)
-    yield fleet
+    }  # fmt: skip
+
+
+@pytest.fixture
+def operator_for(cluster: ClusterInfo, api_client: client.ApiClient, namespace: str) -> Iterator[str]:
+    """The operator running for the test's namespace and the CRD installed; yields Prometheus' URL."""
+    if cluster.prometheus_url is None:
+        pytest.fail("the local cluster runs without Prometheus; `python -m localcluster up` starts it")
+    install_crd(api_client)
+    proc = OperatorProcess(cluster.kubeconfig, [namespace], cluster.state_dir / "logs" / f"operator-{namespace}.log")
+    proc.start()
+    yield cluster.prometheus_url
     proc.stop()
+
+
+@pytest.fixture
+def autoscaled(operator_for: str, api_client: client.ApiClient, namespace: str) -> Fleet:
+    fleet = Fleet(api_client, namespace, "chat")
+    fleet.apply(autoscaled_deployment(operator_for))
+    fleet.wait_ready(1, timeout=120)
+    return fleet
 
 
 def trace_offsets(limit: int, compress: float) -> list[float]:
@@ -174,3 +187,29 @@ def test_prometheus_down_holds_and_recovers(autoscaled: Fleet, cluster: ClusterI
     wait_for(lambda: (fleet.condition("MetricsAvailable") or {}).get("status") == "True", 60,
              "MetricsAvailable=True after Prometheus restarts")  # fmt: skip
     assert desired(fleet) == held
+
+
+def test_recommend_only_reports_and_hands_over(operator_for: str, api_client: client.ApiClient, namespace: str) -> None:
+    """Recommending, the autoscaler writes its count and an event while spec.replicas keeps the fleet; switched to
+    owning the count, the fleet follows that count. minReplicas 2 above spec.replicas 1 makes the recommendation
+    certain with or without traffic (the bounds apply to every decision, held ones included)."""
+    fleet = Fleet(api_client, namespace, "shadow")
+    fleet.apply(autoscaled_deployment(operator_for, recommendOnly=True, minReplicas=2))
+    fleet.wait_ready(1, timeout=120)
+    wait_for(lambda: desired(fleet) == 2 and fleet.status()["autoscaler"].get("recommendOnly") is True,
+             4 * INTERVAL_S + 30, "the autoscaler's recommendation in status",
+             on_timeout=lambda: f"; autoscaler={fleet.status().get('autoscaler')}")  # fmt: skip
+    events = client.CoreV1Api(api_client).list_namespaced_event(namespace, field_selector="involvedObject.name=shadow")
+    messages = [e.message for e in events.items if e.reason == "AutoscalerRecommendation"]
+    assert messages and messages[-1].startswith("recommends 2 replicas"), messages
+    # A spec change the pods do not see (a new generation) proves a reconcile pass ran with the recommendation in
+    # status; the fleet it left is spec.replicas'.
+    fleet.patch_spec({"autoscaling": {"intervalSeconds": INTERVAL_S + 1}})
+    generation = fleet.get()["metadata"]["generation"]
+    wait_for(lambda: fleet.status().get("observedGeneration") == generation, 60, "the reconciler's pass")
+    assert len(fleet.pods()) == 1 and fleet.status()["replicas"] == 1
+    fleet.patch_spec({"autoscaling": {"recommendOnly": False}})
+    fleet.wait_ready(2, timeout=120)
+    wait_for(lambda: fleet.status()["autoscaler"].get("recommendOnly") is False, 4 * INTERVAL_S + 30,
+             "the autoscaler's count no longer marked as a recommendation")  # fmt: skip
+    assert fleet.get()["spec"]["replicas"] == 1  # the autoscaler never writes spec

@@ -211,7 +211,8 @@ class BurstyTraffic(SpecModel):
     Bursts that short are over before a replica started for one is ready, so following the current rate only pays
     for late replicas (HPA's and KEDA's cost on the Azure code trace). The fleet is sized for that busiest rate
     instead, with no further headroom (it is already the burst level), a wider tolerance and a shorter scale-down
-    window (the lookback itself holds the peak). docs/autoscaling.md has the measurements behind the defaults.
+    window (the lookback itself holds the peak). docs/autoscaling-experiments.md has the measurements behind the
+    defaults.
     """
 
     enabled: bool = True
@@ -236,7 +237,8 @@ class SustainedRise(SpecModel):
     tell a ramp from a step or from batch noise; a rise at every step for several minutes can: a step lifts a
     rate window for only as long as the window is, and noise does not rise at every step. `projection` is the
     fraction of the measured slope carried over the start-up delay plus half the rate window (1: all of it).
-    Off while the bursty-traffic rule applies. docs/autoscaling.md has the measurements behind the defaults.
+    Off while the bursty-traffic rule applies. docs/autoscaling-experiments.md has the measurements behind the
+    defaults.
     """
 
     enabled: bool = True
@@ -258,7 +260,7 @@ class ServiceLevel(SpecModel):
     reading (disabled, no requests, or no histogram bucket at `queueSeconds`) the queue gauge decides instead: no
     queue beyond `targets.queuePerReplica` during the lookback. A gauge sampled every scrape sees a queue that
     served everyone within the SLO as a shortage, and misses one that formed between scrapes.
-    docs/autoscaling.md has the measurements behind the defaults.
+    docs/autoscaling-experiments.md has the measurements behind the defaults.
     """
 
     enabled: bool = True
@@ -278,6 +280,13 @@ class AutoscalingSpec(SpecModel):
     """The operator's own autoscaler; when enabled it owns the replica count and writes only status."""
 
     enabled: bool = False
+    recommend_only: bool = Field(
+        default=False,
+        description=(
+            "Decide and report (status.autoscaler, events) but leave the count to spec.replicas, so it can run "
+            "beside an existing HPA or KEDA on real traffic before it is handed the fleet."
+        ),
+    )
     min_replicas: int = Field(default=1, description="0 allows scale to zero; the router's request rate wakes it.")
     max_replicas: int = 10
     max_gpus: int | None = Field(default=None, alias="maxGPUs", description="GPU budget for the whole fleet.")

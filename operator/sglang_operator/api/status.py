@@ -31,6 +31,9 @@ class AutoscalerDecisionRecord(SpecModel):
 
 class AutoscalerStatus(SpecModel):
     desired_replicas: int | None = None
+    recommend_only: bool = Field(
+        default=False, description="True when desiredReplicas is only a recommendation (spec.replicas sets the count)."
+    )
     warm_replicas: int | None = None
     last_scale_time: str | None = None
     reason: str | None = None

@@ -1,8 +1,9 @@
 """One autoscaling pass for one SGLangDeployment: read metrics and the fleet, decide, write `status.autoscaler`.
 
 The autoscaler never writes `spec` (Git keeps owning it, so ArgoCD sees no drift): the reconciler reads
-`status.autoscaler.desiredReplicas`. The pass writes only when the decision or its memory changed, and uses the
-object's resourceVersion so it never overwrites a status the reconciler wrote in between.
+`status.autoscaler.desiredReplicas`, unless `recommendOnly` makes that count a recommendation beside
+`spec.replicas`. The pass writes only when the decision or its memory changed, and uses the object's
+resourceVersion so it never overwrites a status the reconciler wrote in between.
 """
 
 import logging
@@ -37,11 +38,16 @@ def _fmt(value: float) -> str:
     return f"{value:.3g}" if abs(value) < 1000 else f"{value:.0f}"
 
 
-def fleet_state(body: dict[str, Any], pods: list[Any], gpus_per_replica: int, concurrency: int) -> FleetState:
+def fleet_state(
+    body: dict[str, Any], pods: list[Any], gpus_per_replica: int, concurrency: int, recommend_only: bool = False
+) -> FleetState:
+    """The fleet as the policy sees it. `desired` is the count the reconciler follows: the autoscaler's last
+    decision when it owns the fleet, `spec.replicas` when it only recommends (its decisions do not change the fleet,
+    so the next one must start from the fleet that runs)."""
     status = body.get("status") or {}
     spec = body.get("spec") or {}
     autoscaler = status.get("autoscaler") or {}
-    desired = autoscaler.get("desiredReplicas")
+    desired = None if recommend_only else autoscaler.get("desiredReplicas")
     warm_ready = {
         pod.metadata.labels.get("sglang.ai/replica")
         for pod in pods
@@ -60,7 +66,9 @@ def fleet_state(body: dict[str, Any], pods: list[Any], gpus_per_replica: int, co
     )
 
 
-def autoscaler_status(previous: dict[str, Any], decision: Decision, now: datetime) -> dict[str, Any]:
+def autoscaler_status(
+    previous: dict[str, Any], decision: Decision, now: datetime, recommend_only: bool = False
+) -> dict[str, Any]:
     stamp = now.strftime("%Y-%m-%dT%H:%M:%SZ")
     scaled = decision.replicas != previous.get("desiredReplicas")
     history = list(previous.get("history") or [])
@@ -68,6 +76,7 @@ def autoscaler_status(previous: dict[str, Any], decision: Decision, now: datetim
         history.append({"time": stamp, "replicas": decision.replicas, "reason": decision.reason, "mode": decision.mode})
     return {
         "desiredReplicas": decision.replicas,
+        "recommendOnly": recommend_only,  # always written: a merge patch keeps a key it does not name
         "warmReplicas": decision.warm_replicas,
         "lastScaleTime": stamp if scaled else previous.get("lastScaleTime", stamp),
         "reason": decision.reason,
@@ -88,7 +97,8 @@ def autoscale_once(api: client.ApiClient, namespace: str, name: str, now: dateti
     shape = topology(spec)
     selector = f"{LABEL_DEPLOYMENT}={name},{LABEL_COMPONENT}=worker"
     pods = client.CoreV1Api(api).list_namespaced_pod(namespace, label_selector=selector).items
-    current = fleet_state(body, pods, shape.gpus_per_replica, shape.concurrency_per_replica)
+    recommend_only = spec.autoscaling.recommend_only
+    current = fleet_state(body, pods, shape.gpus_per_replica, shape.concurrency_per_replica, recommend_only)
     url = spec.autoscaling.prometheus_url or os.environ.get(PROMETHEUS_URL_ENV)
     previous_status = body.get("status") or {}
     previous = previous_status.get("autoscaler") or {}
@@ -98,7 +108,7 @@ def autoscale_once(api: client.ApiClient, namespace: str, name: str, now: dateti
         samples, error = None, "no Prometheus URL: set spec.autoscaling.prometheusURL or --prometheus-url"
     history = history_from_state(previous.get("state"))
     decision = decide(current, samples, spec.autoscaling, history, now.timestamp())
-    new = autoscaler_status(previous, decision, now)
+    new = autoscaler_status(previous, decision, now, recommend_only)
     generation = int(body["metadata"].get("generation") or 0)
     metrics = condition(
         "MetricsAvailable",
@@ -116,6 +126,15 @@ def autoscale_once(api: client.ApiClient, namespace: str, name: str, now: dateti
     if not writer.patch_status(namespace, name, status, body["metadata"]["resourceVersion"]):
         return AutoscalePass(decision, False)  # the reconciler wrote status in between: decide again next interval
     if decision.replicas != previous.get("desiredReplicas"):
-        writer.event(body, "Autoscaled", f"desired replicas {previous.get('desiredReplicas')} -> "
-                     f"{decision.replicas}: {decision.reason}")  # fmt: skip
+        writer.event(body, *scale_event(previous.get("desiredReplicas"), decision, current.desired, recommend_only))
     return AutoscalePass(decision, True)
+
+
+def scale_event(before: int | None, decision: Decision, running: int, recommend_only: bool) -> tuple[str, str]:
+    """(reason, message) of the event for a changed decision; a recommendation says what runs instead."""
+    if recommend_only:
+        return "AutoscalerRecommendation", (
+            f"recommends {decision.replicas} replicas (was {before}; spec.replicas {running} sets the count): "
+            f"{decision.reason}"
+        )
+    return "Autoscaled", f"desired replicas {before} -> {decision.replicas}: {decision.reason}"

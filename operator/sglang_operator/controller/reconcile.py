@@ -45,9 +45,12 @@ class PassResult:
 
 
 def desired_replicas(spec: SGLangDeploymentSpec, status: dict[str, Any]) -> tuple[int, int]:
-    """(active, warm): the autoscaler's count from status when it owns the fleet, else `spec.replicas`."""
+    """(active, warm): the autoscaler's count from status when it owns the fleet, else `spec.replicas`.
+
+    A recommend-only autoscaler does not own it: its count in status is for comparison, and no warm replicas run.
+    """
     scaling = spec.autoscaling
-    if not scaling.enabled:
+    if not scaling.enabled or scaling.recommend_only:
         return spec.replicas, 0
     autoscaler = status.get("autoscaler") or {}
     decided, warm = autoscaler.get("desiredReplicas"), autoscaler.get("warmReplicas")
