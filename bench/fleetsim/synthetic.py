@@ -9,7 +9,7 @@ Rates are before the benchmark's replay (which multiplies them until the oracle 
 import json
 import math
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from datetime import datetime, timedelta
 from pathlib import Path
 
@@ -114,7 +114,8 @@ def write_shape(shape: Shape, out: Path, fmt: str) -> Path:
     return write_mooncake(out / f"{shape.name}.jsonl", arrivals, shape.seed + 1)
 
 
-def write_family(out: Path) -> list[Path]:
-    """Every shape in both formats."""
+def write_family(out: Path, seed_offset: int = 0) -> list[Path]:
+    """Every shape in both formats; a `seed_offset` re-seeds every shape (the same shapes, other arrivals)."""
     out.mkdir(parents=True, exist_ok=True)
-    return [write_shape(shape, out, fmt) for shape in SHAPES for fmt in ("azure", "mooncake")]
+    shapes = [replace(shape, seed=shape.seed + seed_offset) for shape in SHAPES]
+    return [write_shape(shape, out, fmt) for shape in shapes for fmt in ("azure", "mooncake")]

@@ -27,3 +27,16 @@ def test_family_is_written_in_both_formats_and_reads_back(tmp_path: Path) -> Non
         assert np.all(jsonl.tokens_in > 0) and np.all(jsonl.tokens_out > 0)
         repeated = np.count_nonzero(np.diff(jsonl.arrivals) == 0)
         assert (repeated >= len(jsonl.arrivals) // 2 - 1) == shape.batched  # batches: pairs share a timestamp
+
+
+def test_seed_offset_writes_the_same_shapes_with_other_arrivals(tmp_path: Path) -> None:
+    subprocess.run(
+        [sys.executable, str(REPO / "bench" / "synthetic_traces.py"), "--out", str(tmp_path), "--seed-offset", "6000"],
+        capture_output=True, text=True, timeout=120, check=True,
+    )  # fmt: skip
+    step = next(shape for shape in SHAPES if shape.name == "step")
+    reseeded = load(tmp_path / "step.csv").arrivals
+    expected = poisson(step.rate, step.seconds, step.seed + 6000)
+    np.testing.assert_allclose(reseeded, expected - expected[0], atol=1e-5)
+    original = poisson(step.rate, step.seconds, step.seed)
+    assert len(reseeded) != len(original) or not np.allclose(reseeded, original - original[0], atol=1e-3)
