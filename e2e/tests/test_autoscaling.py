@@ -59,7 +59,7 @@ def autoscaled_deployment(prometheus_url: str, **autoscaling: Any) -> dict[str, 
 
 
 @pytest.fixture
-def operator_for(cluster: ClusterInfo, api_client: client.ApiClient, namespace: str) -> Iterator[str]:
+def operator_running(cluster: ClusterInfo, api_client: client.ApiClient, namespace: str) -> Iterator[str]:
     """The operator running for the test's namespace and the CRD installed; yields Prometheus' URL."""
     if cluster.prometheus_url is None:
         pytest.fail("the local cluster runs without Prometheus; `python -m localcluster up` starts it")
@@ -71,9 +71,9 @@ def operator_for(cluster: ClusterInfo, api_client: client.ApiClient, namespace: 
 
 
 @pytest.fixture
-def autoscaled(operator_for: str, api_client: client.ApiClient, namespace: str) -> Fleet:
+def autoscaled(operator_running: str, api_client: client.ApiClient, namespace: str) -> Fleet:
     fleet = Fleet(api_client, namespace, "chat")
-    fleet.apply(autoscaled_deployment(operator_for))
+    fleet.apply(autoscaled_deployment(operator_running))
     fleet.wait_ready(1, timeout=120)
     return fleet
 
@@ -189,12 +189,14 @@ def test_prometheus_down_holds_and_recovers(autoscaled: Fleet, cluster: ClusterI
     assert desired(fleet) == held
 
 
-def test_recommend_only_reports_and_hands_over(operator_for: str, api_client: client.ApiClient, namespace: str) -> None:
+def test_recommend_only_reports_and_hands_over(
+    operator_running: str, api_client: client.ApiClient, namespace: str
+) -> None:
     """Recommending, the autoscaler writes its count and an event while spec.replicas keeps the fleet; switched to
     owning the count, the fleet follows that count. minReplicas 2 above spec.replicas 1 makes the recommendation
     certain with or without traffic (the bounds apply to every decision, held ones included)."""
     fleet = Fleet(api_client, namespace, "shadow")
-    fleet.apply(autoscaled_deployment(operator_for, recommendOnly=True, minReplicas=2))
+    fleet.apply(autoscaled_deployment(operator_running, recommendOnly=True, minReplicas=2))
     fleet.wait_ready(1, timeout=120)
     wait_for(lambda: desired(fleet) == 2 and fleet.status()["autoscaler"].get("recommendOnly") is True,
              4 * INTERVAL_S + 30, "the autoscaler's recommendation in status",

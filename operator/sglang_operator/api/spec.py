@@ -277,7 +277,8 @@ class ServiceLevel(SpecModel):
 
 
 class AutoscalingSpec(SpecModel):
-    """The operator's own autoscaler; when enabled it owns the replica count and writes only status."""
+    """The operator's own autoscaler; when enabled it owns the replica count (unless `recommendOnly`) and writes
+    only status."""
 
     enabled: bool = False
     recommend_only: bool = Field(
