@@ -3,7 +3,7 @@
 No I/O, clock or randomness here, so tests drive it over time with literals and `bench/autoscale.py` runs this very
 function against a simulated fleet.
 
-How one decision is made (docs/autoscaling.md has the reasons and the benchmark behind the defaults):
+How one decision is made (docs/autoscaling.md has the reasons, docs/autoscaling-experiments.md the measurements):
 1. Missing or stale metrics hold the current count (never scale down on no data).
 2. Bursty traffic (the busiest short-window rate of the last minutes is `burstyTraffic.threshold` x the mean rate or
    more) switches to that rule's constants: bursts that short end before a replica started for them is ready, so
@@ -162,7 +162,7 @@ def _tolerate(exact: float, desired: int, spec: AutoscalingSpec) -> int:
     The band can be wider below the count than above it (hysteresis): adding a replica that is not needed costs
     a little; removing one that is still needed costs a start-up delay of misses. Scaling up only to the smallest
     count that the hold rule would keep, not to ceil(exact) as HPA does, saves the replica that rounding up adds
-    when demand is just past an integer (measured on the synthetic trace family: docs/autoscaling.md).
+    when demand is just past an integer (measured on the synthetic trace family: docs/autoscaling-experiments.md).
     """
     wanted = ceil_replicas(exact)
     if desired <= 0 or wanted <= 0:
