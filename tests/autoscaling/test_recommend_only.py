@@ -68,8 +68,10 @@ def test_reconciler_follows_spec_replicas_and_runs_no_warm_replicas_when_recomme
 
 def test_policy_starts_from_the_fleet_that_runs_when_recommending() -> None:
     cr = body(replicas=2, decided=7, ready=1, serving=2)
-    owning = fleet_state(cr, [warm_pod("5")], gpus_per_replica=1, concurrency=32)
-    recommending = fleet_state(cr, [], gpus_per_replica=1, concurrency=32, recommend_only=True)
+    owning = fleet_state(cr, [warm_pod("5")], spec(enabled=True, maxReplicas=10), gpus_per_replica=1, concurrency=32)
+    recommending = fleet_state(
+        cr, [], spec(enabled=True, maxReplicas=10, recommendOnly=True), gpus_per_replica=1, concurrency=32
+    )
     assert (owning.desired, owning.ready, owning.starting, owning.warm) == (7, 1, 1, 1)
     assert (recommending.desired, recommending.ready, recommending.starting, recommending.warm) == (2, 1, 1, 0)
 

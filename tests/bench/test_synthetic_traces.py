@@ -6,18 +6,23 @@ from pathlib import Path
 
 import numpy as np
 
-from bench.fleetsim.synthetic import SHAPES, poisson
+from bench.fleetsim.synthetic import SHAPES, poisson, shape_named
 from bench.fleetsim.traces import load
 
 REPO = Path(__file__).resolve().parents[2]
 
 
-def test_family_is_written_in_both_formats_and_reads_back(tmp_path: Path) -> None:
-    out = subprocess.run(
-        [sys.executable, str(REPO / "bench" / "synthetic_traces.py"), "--out", str(tmp_path)],
+def write_family(out: Path, *options: str) -> list[Path]:
+    """Run `bench/synthetic_traces.py --out OUT [options]`; the paths it wrote."""
+    done = subprocess.run(
+        [sys.executable, str(REPO / "bench" / "synthetic_traces.py"), "--out", str(out), *options],
         capture_output=True, text=True, timeout=120, check=True,
     )  # fmt: skip
-    written = [Path(line) for line in out.stdout.split()]
+    return [Path(line) for line in done.stdout.split()]
+
+
+def test_family_is_written_in_both_formats_and_reads_back(tmp_path: Path) -> None:
+    written = write_family(tmp_path)
     assert sorted(p.name for p in written) == sorted(f"{s.name}{ext}" for s in SHAPES for ext in (".csv", ".jsonl"))
     for shape in SHAPES:
         csv, jsonl = load(tmp_path / f"{shape.name}.csv"), load(tmp_path / f"{shape.name}.jsonl")
@@ -30,11 +35,8 @@ def test_family_is_written_in_both_formats_and_reads_back(tmp_path: Path) -> Non
 
 
 def test_seed_offset_writes_the_same_shapes_with_other_arrivals(tmp_path: Path) -> None:
-    subprocess.run(
-        [sys.executable, str(REPO / "bench" / "synthetic_traces.py"), "--out", str(tmp_path), "--seed-offset", "6000"],
-        capture_output=True, text=True, timeout=120, check=True,
-    )  # fmt: skip
-    step = next(shape for shape in SHAPES if shape.name == "step")
+    write_family(tmp_path, "--seed-offset", "6000")
+    step = shape_named("step")
     reseeded = load(tmp_path / "step.csv").arrivals
     expected = poisson(step.rate, step.seconds, step.seed + 6000)
     np.testing.assert_allclose(reseeded, expected - expected[0], atol=1e-5)

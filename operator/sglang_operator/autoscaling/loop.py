@@ -15,8 +15,10 @@ from typing import Any
 from kubernetes import client
 
 from ..api.constants import ANNOTATION_WARM, GROUP, LABEL_COMPONENT, LABEL_DEPLOYMENT, PLURAL, VERSION
+from ..api.spec import SGLangDeploymentSpec
 from ..api.validation import parse_spec
 from ..controller.apply import Writer
+from ..controller.reconcile import desired_replicas
 from ..controller.status import condition, merge_conditions
 from ..topology import topology
 from .policy import decide
@@ -39,15 +41,13 @@ def _fmt(value: float) -> str:
 
 
 def fleet_state(
-    body: dict[str, Any], pods: list[Any], gpus_per_replica: int, concurrency: int, recommend_only: bool = False
+    body: dict[str, Any], pods: list[Any], spec: SGLangDeploymentSpec, gpus_per_replica: int, concurrency: int
 ) -> FleetState:
-    """The fleet as the policy sees it. `desired` is the count the reconciler follows: the autoscaler's last
-    decision when it owns the fleet, `spec.replicas` when it only recommends (its decisions do not change the fleet,
-    so the next one must start from the fleet that runs)."""
+    """The fleet as the policy sees it. `desired` is the count the reconciler follows (`desired_replicas`, the one
+    rule for who owns the count): the autoscaler's last decision when it owns the fleet, `spec.replicas` when it only
+    recommends (its decisions do not change the fleet, so the next one must start from the fleet that runs)."""
     status = body.get("status") or {}
-    spec = body.get("spec") or {}
-    autoscaler = status.get("autoscaler") or {}
-    desired = None if recommend_only else autoscaler.get("desiredReplicas")
+    desired, _ = desired_replicas(spec, status)
     warm_ready = {
         pod.metadata.labels.get("sglang.ai/replica")
         for pod in pods
@@ -57,7 +57,7 @@ def fleet_state(
     ready = int(status.get("readyReplicas") or 0)
     serving = int(status.get("replicas") or 0)
     return FleetState(
-        desired=int(desired if desired is not None else spec.get("replicas", 1)),
+        desired=desired,
         ready=ready,
         starting=max(serving - ready, 0),
         warm=len(warm_ready),
@@ -98,7 +98,7 @@ def autoscale_once(api: client.ApiClient, namespace: str, name: str, now: dateti
     selector = f"{LABEL_DEPLOYMENT}={name},{LABEL_COMPONENT}=worker"
     pods = client.CoreV1Api(api).list_namespaced_pod(namespace, label_selector=selector).items
     recommend_only = spec.autoscaling.recommend_only
-    current = fleet_state(body, pods, shape.gpus_per_replica, shape.concurrency_per_replica, recommend_only)
+    current = fleet_state(body, pods, spec, shape.gpus_per_replica, shape.concurrency_per_replica)
     url = spec.autoscaling.prometheus_url or os.environ.get(PROMETHEUS_URL_ENV)
     previous_status = body.get("status") or {}
     previous = previous_status.get("autoscaler") or {}
