@@ -19,6 +19,7 @@ lint: install
 
 typecheck: install
 	mypy
+	cd bench && mypy --strict *.py fleetsim/*.py  # the benchmarks import fleetsim as the scripts do
 
 ## The whole test suite: lint, types, unit tests, then the e2e tests on the local cluster.
 test: lint typecheck

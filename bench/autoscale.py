@@ -86,7 +86,7 @@ def choose_scale(base: traces.Trace, args: argparse.Namespace) -> int:
         svc = traces.service_times(tr, args.prefill_tps, args.decode_tps)
         return int(capacity_need(tr.arrivals, svc, args.concurrency, BIN_S).max())
 
-    k = max(1, math.floor(args.min_peak_replicas / max(peak(1), 1)))
+    k: int = max(1, math.floor(args.min_peak_replicas / max(peak(1), 1)))
     for _ in range(1000):
         if peak(k) >= args.min_peak_replicas:
             return k

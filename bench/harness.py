@@ -162,7 +162,7 @@ def main() -> int:
     print(f"| {'local cluster (Kubernetes ' + kube_version() + ')':<44} | {'value':>22} |")
     print(f"|{'-' * 46}|{'-' * 24}|")
     for target in ("kubernetes", "prometheus"):
-        history = [float(s) for s in read_stamp(bin_dir(), target).get("history") or []]  # type: ignore[attr-defined]
+        history = [float(s) for s in read_stamp(bin_dir(), target).get("history") or []]
         row(
             f"{target} build: last / slowest recorded",
             f"{history[-1]:.0f} s / {max(history):.0f} s" if history else "-",

@@ -194,7 +194,8 @@ MAX_LOAD_REQUESTS = 5000
 
 
 def _chat_once(url: str, index: int, model: str) -> requests.Response:
-    return chat(url, model, f"request {index} about the weather", timeout=10)
+    response: requests.Response = chat(url, model, f"request {index} about the weather", timeout=10)
+    return response
 
 
 def log(message: str) -> None:

@@ -2,6 +2,7 @@
 built from the simulated scrapes with the same windows its PromQL queries use."""
 
 from dataclasses import dataclass, field
+from typing import Any
 
 from sglang_operator.api.spec import AutoscalingSpec
 from sglang_operator.autoscaling.policy import decide
@@ -22,7 +23,7 @@ def samples_from_scrapes(s: Scrapes, spec: AutoscalingSpec, now: float, concurre
     if not s.t:
         return None
     w, b, rise = spec.windows, spec.bursty_traffic, spec.sustained_rise
-    demand = {
+    demand: dict[str, Any] = {
         "qps": s.rate(s.arrivals, w.rate_seconds),
         "qps_burst": s.rate(s.arrivals, w.burst_seconds),
         "qps_peak": s.peak_rate(s.arrivals, w.burst_seconds, w.peak_lookback_seconds),

@@ -99,7 +99,10 @@ class FleetView:
 
 class Controller(Protocol):
     name: str
-    period: float
+
+    @property
+    def period(self) -> float:
+        """Seconds between decisions."""
 
     def initial(self) -> int: ...
 

@@ -36,8 +36,13 @@ def _tokens(n: int, seed: int, prompt: float, output: float) -> tuple[np.ndarray
 
 
 def write_azure(path: Path, arrivals: np.ndarray, seed: int) -> Path:
-    """Azure CSV, timestamps with seven fractional digits; code-like token counts."""
+    """Azure CSV with code-like token counts."""
     prompt, output = _tokens(len(arrivals), seed, 1500, 120)
+    return write_azure_tokens(path, arrivals, prompt, output)
+
+
+def write_azure_tokens(path: Path, arrivals: np.ndarray, prompt: np.ndarray, output: np.ndarray) -> Path:
+    """Azure CSV with the given token counts, timestamps with seven fractional digits as the real trace has."""
     start = datetime(2024, 5, 1, 9, 0, 0)
     lines = ["TIMESTAMP,ContextTokens,GeneratedTokens"]
     for t, p, o in zip(arrivals, prompt, output, strict=True):

@@ -92,4 +92,5 @@ def replay(trace: Trace, copies: int, jitter_s: float, seed: int) -> Trace:
 def service_times(trace: Trace, prefill_tps: float, decode_tps: float) -> np.ndarray:
     """Seconds a request holds a slot: prompt at the prefill rate plus output at the per-request decode rate."""
     svc: np.ndarray = trace.tokens_in / prefill_tps + trace.tokens_out / decode_tps
-    return np.maximum(svc, 0.01)
+    floored: np.ndarray = np.maximum(svc, 0.01)
+    return floored
