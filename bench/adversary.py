@@ -19,6 +19,7 @@ import sys
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
+from typing import cast
 
 import autoscale
 import numpy as np
@@ -74,7 +75,8 @@ class Run:
 
 
 def run(path: Path, policy: str, args: argparse.Namespace) -> Run:
-    bench_args = autoscale.parse_args(["--trace", str(path), "--no-plot", *(f"--set={s}" for s in args.set)])
+    options = ["--trace", str(path), "--no-plot", f"--concurrency={args.concurrency}", f"--slo-wait={args.slo_wait}"]
+    bench_args = autoscale.parse_args([*options, *(f"--set={s}" for s in args.set)])
     p = autoscale.prepare(str(path), bench_args)
     ctrl, hpa = POLICIES[policy](p, bench_args), autoscale.baselines(p, bench_args)[0]
     return Run(p, simulate(p.trace.arrivals, p.service, ctrl, p.cfg), simulate(p.trace.arrivals, p.service, hpa, p.cfg))
@@ -189,21 +191,29 @@ def main(argv: list[str] | None = None) -> int:
         print(json.dumps({"rows": rows}))
         return 0
     for r in rows:
-        shape = " ".join(f"{name} {h:.3f}h/{m:.2f}%" for name, (h, m) in r["on_the_shape"].items())  # type: ignore[attr-defined]
-        line = f"{r['shape']:<12} {r['policy']:<18} on the shape: {shape} dominates={r['dominates_on_the_shape']}"
-        if not r["found"]:
-            print(f"{line} | no continuation found in {r['tries']} tries")
-        elif r["first_difference_s"] is None:
-            print(f"{line} | {r['why']}")
-        else:
-            after = " ".join(f"{name} {h:.3f}h/{m:.2f}%" for name, (h, m) in r["after"].items())  # type: ignore[attr-defined]
-            print(
-                f"{line} | differs at {r['first_difference_s']:.0f}s; {r['why']} at {r['at_s']}s, "
-                f"{r['burst']} requests, {r['trickle_s']}s of 1/s: {after} ({'a loss' if r['loses'] else 'a tie'}, "
-                f"{r['tries']} tries) -> {r['trace']}"
-            )
+        print(_line(r))
     print(f"{sum(bool(r['found']) for r in rows)} of {len(rows)}: a trace on which the policy does not dominate HPA")
     return 0
+
+
+def _line(r: dict[str, object]) -> str:
+    """One row as text: the run on the shape, then the continuation found and the runs after it."""
+    head = f"{r['shape']:<12} {r['policy']:<18} on the shape: {_scores(r['on_the_shape'])}"
+    head += f" dominates={r['dominates_on_the_shape']}"
+    if not r["found"]:
+        return f"{head} | no continuation found in {r['tries']} tries"
+    if r["first_difference_s"] is None:
+        return f"{head} | {r['why']}"
+    return (
+        f"{head} | differs at {r['first_difference_s']:.0f}s; {r['why']} at {r['at_s']}s, {r['burst']} requests, "
+        f"{r['trickle_s']}s of 1/s: {_scores(r['after'])} ({'a loss' if r['loses'] else 'a tie'}, "
+        f"{r['tries']} tries) -> {r['trace']}"
+    )
+
+
+def _scores(pair: object) -> str:
+    hours_and_misses = cast(dict[str, list[float]], pair)
+    return " ".join(f"{name} {h:.3f}h/{m:.2f}%" for name, (h, m) in hours_and_misses.items())
 
 
 def _all() -> list[str]:
