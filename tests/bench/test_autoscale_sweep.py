@@ -3,7 +3,7 @@
 from pathlib import Path
 from typing import Any
 
-from bench.fleetsim.synthetic import poisson, write_azure, write_mooncake
+from bench.fleetsim.synthetic import poisson, write_azure, write_family, write_mooncake
 from tests.bench.test_autoscale_bench import REPO, run_bench, run_json
 
 SWEEP = REPO / "bench" / "autoscale_sweep.py"
@@ -58,3 +58,16 @@ def test_grid_points_match_the_benchmark(tmp_path: Path) -> None:
     # The grid reaches the policy, not the baselines: 100 % headroom costs more, against the same HPA and KEDA.
     for name in ("step.csv", "flat.jsonl"):
         assert points[1]["traces"][name]["replica_hours"] > points[0]["traces"][name]["replica_hours"]
+
+
+def test_the_defaults_beat_hpa_at_equal_cost_on_traffic_they_were_not_chosen_on(tmp_path: Path) -> None:
+    """What a policy can be held to (no policy dominates HPA on every trace: `test_adversary.py`): at equal
+    replica-hours it misses less than HPA on most of a family re-seeded after the defaults were chosen. On seed
+    offset 9000 the defaults do on 15 of the 18 traces, by 13.2 points on average, and dominate both baselines on
+    10 (docs/autoscaling-experiments.md, "Four seedings not used for the choice"); losing three fails."""
+    traces = write_family(tmp_path, seed_offset=9000)
+    [point] = run_sweep(*(f"--trace={path}" for path in traces), "--jobs", "2")["points"]
+    assert point["set"] == []  # the defaults
+    assert point["better_at_equal_cost"] >= 13
+    assert point["mean_vs_hpa_at_equal_cost"] <= -8.0
+    assert point["dominated_traces"] >= 7
