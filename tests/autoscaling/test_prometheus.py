@@ -4,17 +4,27 @@ The server is a test double for the HTTP layer only: the real client library bui
 answers. A real Prometheus is exercised by the e2e tests.
 """
 
+import base64
 import json
 import threading
 from collections.abc import Callable, Iterator
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from pathlib import Path
 from typing import Any
 from urllib.parse import parse_qs, urlparse
 
 import pytest
 
 from sglang_operator.api.spec import AutoscalingSpec, AutoscalingWindows, BurstyTraffic, ServiceLevel, SustainedRise
-from sglang_operator.autoscaling.prometheus import Queries, Target, connect, fetch_samples, read_samples
+from sglang_operator.autoscaling.credentials import ca_file
+from sglang_operator.autoscaling.prometheus import (
+    Credentials,
+    Queries,
+    Target,
+    connect,
+    fetch_samples,
+    read_samples,
+)
 
 Answer = tuple[int, Any]  # (HTTP status, JSON body)
 
@@ -39,6 +49,7 @@ class FakePrometheus:
         self.rules = rules
         self.hang = hang
         self.queries: list[str] = []
+        self.headers: list[dict[str, str]] = []  # each request's headers
         fake = self
 
         class Handler(BaseHTTPRequestHandler):
@@ -46,6 +57,7 @@ class FakePrometheus:
                 url = urlparse(self.path)
                 query = parse_qs(url.query).get("query", [""])[0]
                 fake.queries.append(query)
+                fake.headers.append(dict(self.headers.items()))
                 if fake.hang is not None:
                     fake.hang.wait(10)  # released by the test's teardown
                 status, body = fake.answer(url.path, query)
@@ -311,3 +323,39 @@ def test_fetch_samples_wires_the_spec_windows(prometheus: Callable[..., FakeProm
 def test_malformed_url_is_reported() -> None:
     samples, error = fetch_samples("not a url", "team-a", "chat", AutoscalingSpec(), now=5.0, timeout_seconds=1)
     assert samples is None and error is not None
+
+
+def test_credentials_go_with_every_query(prometheus: Callable[..., FakePrometheus]) -> None:
+    fake = prometheus(HEALTHY)
+    bearer = Credentials(headers=(("Authorization", "Bearer s3cret"), ("X-Scope-OrgID", "team-a")))
+    samples, error = read_samples(connect(fake.url, 2, bearer), TARGET, WINDOWS)
+    assert error is None and samples is not None and samples.qps == 42.0
+    assert fake.headers and all(
+        h["Authorization"] == "Bearer s3cret" and h["X-Scope-OrgID"] == "team-a" for h in fake.headers
+    )
+    fake.headers.clear()
+    read_samples(connect(fake.url, 2, Credentials(basic=("reader", "pw"))), TARGET, WINDOWS)
+    assert {h["Authorization"] for h in fake.headers} == {"Basic " + base64.b64encode(b"reader:pw").decode()}
+    fake.headers.clear()
+    read_samples(connect(fake.url, 2), TARGET, WINDOWS)  # no credentials: no Authorization header
+    assert fake.headers and not any("Authorization" in h for h in fake.headers)
+
+
+def test_credentials_never_print_a_secret() -> None:
+    shown = repr(Credentials(headers=(("Authorization", "Bearer s3cret"),), basic=("reader", "pw"), verify=False))
+    assert "s3cret" not in shown and "pw" not in shown and "Authorization" in shown
+
+
+def test_an_unauthorised_answer_is_an_error_with_no_samples(prometheus: Callable[..., FakePrometheus]) -> None:
+    fake = prometheus({"": (401, {"status": "error", "error": "unauthorized"})})
+    samples, error = read_samples(connect(fake.url, 2), TARGET, WINDOWS)
+    assert samples is None and error is not None and "401" in error
+
+
+def test_a_ca_bundle_is_written_once_under_its_content_hash(tmp_path: Path) -> None:
+    first = ca_file("-----BEGIN CERTIFICATE-----\nAAA\n", tmp_path)
+    again = ca_file("-----BEGIN CERTIFICATE-----\nAAA\n", tmp_path)
+    rotated = ca_file("-----BEGIN CERTIFICATE-----\nBBB\n", tmp_path)
+    assert first == again != rotated
+    assert first.read_text().endswith("AAA\n") and rotated.read_text().endswith("BBB\n")
+    assert sorted(p.name for p in tmp_path.iterdir()) == sorted([first.name, rotated.name])  # no partial files

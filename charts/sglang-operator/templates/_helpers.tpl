@@ -52,7 +52,7 @@ Permissions on namespaced resources: exactly the API calls the operator (control
                      them; apply.py creates, annotates (patch) and deletes them. Never read one by name.
   services           reconcile reads them by name (get); apply.py creates and patches them
   deployments        the same, for the router Deployment
-  secrets            the router API key secret a CR names (get by name only: no list, so no bulk reads)
+  secrets            the Secrets a CR names (router API key, prometheusAuth): get by name only, no list
   events             Kubernetes events on the CR, posted by the operator and by kopf
   sglangdeployments  kopf lists and watches them and patches its finalizer and annotations; reconcile gets one
   .../status         one status patch per reconcile pass

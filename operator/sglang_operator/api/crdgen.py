@@ -72,6 +72,9 @@ def _field_schema(field: FieldInfo) -> dict[str, Any]:
             schema["minLength"] = min_length
         if (pattern := getattr(meta, "pattern", None)) is not None:
             schema["pattern"] = pattern
+        if (max_length := getattr(meta, "max_length", None)) is not None:  # bounds what a CEL rule may iterate
+            keyword = {"object": "maxProperties", "array": "maxItems"}.get(schema.get("type", ""), "maxLength")
+            schema[keyword] = max_length
     if field.description:
         schema["description"] = field.description
     if not field.is_required():

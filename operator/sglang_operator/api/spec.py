@@ -276,6 +276,43 @@ class ServiceLevel(SpecModel):
     )
 
 
+class BasicAuthSecretRef(SpecModel):
+    """A Secret in the CR's namespace holding a user name and a password."""
+
+    name: str = Field(min_length=1, description="Secret name.")
+    username_key: str = Field(default="username", min_length=1, description="Key of the user name.")
+    password_key: str = Field(default="password", min_length=1, description="Key of the password.")
+
+
+class CASecretRef(SpecModel):
+    """A PEM CA bundle in a Secret of the CR's namespace."""
+
+    name: str = Field(min_length=1, description="Secret name.")
+    key: str = Field(default="ca.crt", min_length=1, description="Key inside the Secret.")
+
+
+class PrometheusAuth(SpecModel):
+    """How the autoscaler reaches a Prometheus that asks who it is: a Thanos querier behind kube-rbac-proxy wants a
+    bearer token, a Prometheus with a web config basic auth, Mimir and Cortex a tenant header, an internal https
+    endpoint its own CA. Credentials live in Secrets of the CR's namespace, never in the spec."""
+
+    bearer_token_secret_ref: SecretKeyRef | None = Field(
+        default=None, description="Sent as `Authorization: Bearer <token>`."
+    )
+    basic_auth_secret_ref: BasicAuthSecretRef | None = Field(default=None, description="HTTP basic auth.")
+    headers: dict[str, str] = Field(
+        default_factory=dict,
+        max_length=16,
+        description="Extra request headers, e.g. X-Scope-OrgID for a Mimir or Cortex tenant.",
+    )
+    ca_secret_ref: CASecretRef | None = Field(
+        default=None, description="A PEM CA bundle that signed an https Prometheus' certificate."
+    )
+    insecure_skip_tls_verify: bool = Field(
+        default=False, alias="insecureSkipTLSVerify", description="Do not verify an https Prometheus' certificate."
+    )
+
+
 class AutoscalingSpec(SpecModel):
     """The operator's own autoscaler; when enabled it owns the replica count (unless `recommendOnly`) and writes
     only status."""
@@ -295,6 +332,7 @@ class AutoscalingSpec(SpecModel):
         default=0, description="Started, ready but unregistered replicas, promoted at once on scale-up."
     )
     prometheus_url: str | None = Field(default=None, alias="prometheusURL")
+    prometheus_auth: PrometheusAuth = Field(default_factory=PrometheusAuth)
     interval_seconds: int = Field(default=15, description="How often the autoscaler reads metrics and decides.")
     tolerance: float = Field(default=0.1, description="No change while demand is within this fraction of the count.")
     scale_down_tolerance: float | None = Field(

@@ -90,6 +90,10 @@ _OPTIONAL_FIELDS = {
 }
 
 
+_AUTH_GUARD = "!has(self.autoscaling.prometheusAuth) || "
+"""prometheusAuth defaults to {}, but a CR written before the field existed has none until it is next written."""
+
+
 def _port(field: str, get: Callable[[SGLangDeploymentSpec], int]) -> Rule:
     cel_path = "self" + field.removeprefix("spec")
     return Rule(
@@ -321,6 +325,36 @@ RULES: tuple[Rule, ...] = (
         lambda s: s.autoscaling.slo.quiet_miss_ratio,
         "it is the share of requests over the SLO (0.05 = 5 %) up to which surplus capacity goes after the quiet "
         "scale-down window.",
+    ),
+    Rule(
+        field="spec.autoscaling.prometheusAuth.basicAuthSecretRef",
+        message="cannot be combined with bearerTokenSecretRef: a request carries one Authorization header; keep "
+        "the one your Prometheus (or the proxy in front of it) expects.",
+        cel=f"{_AUTH_GUARD}!has(self.autoscaling.prometheusAuth.bearerTokenSecretRef) || "
+        "!has(self.autoscaling.prometheusAuth.basicAuthSecretRef)",
+        holds=lambda s: (
+            s.autoscaling.prometheus_auth.bearer_token_secret_ref is None
+            or s.autoscaling.prometheus_auth.basic_auth_secret_ref is None
+        ),
+    ),
+    Rule(
+        field="spec.autoscaling.prometheusAuth.headers",
+        message="must not set Authorization: credentials belong in a Secret; use bearerTokenSecretRef or "
+        "basicAuthSecretRef.",
+        cel=f"{_AUTH_GUARD}!has(self.autoscaling.prometheusAuth.headers) || "
+        "self.autoscaling.prometheusAuth.headers.all(h, h.lowerAscii() != 'authorization')",
+        holds=lambda s: all(h.lower() != "authorization" for h in s.autoscaling.prometheus_auth.headers),
+    ),
+    Rule(
+        field="spec.autoscaling.prometheusAuth.insecureSkipTLSVerify",
+        message="cannot be combined with caSecretRef: either verify the certificate against that CA or skip "
+        "verification; drop one.",
+        cel=f"{_AUTH_GUARD}!has(self.autoscaling.prometheusAuth.caSecretRef) || "
+        "!self.autoscaling.prometheusAuth.insecureSkipTLSVerify",
+        holds=lambda s: (
+            s.autoscaling.prometheus_auth.ca_secret_ref is None
+            or not s.autoscaling.prometheus_auth.insecure_skip_tls_verify
+        ),
     ),
     _port("spec.engine.port", lambda s: s.engine.port),
     _port("spec.router.port", lambda s: s.router.port),

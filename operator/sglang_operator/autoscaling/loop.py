@@ -15,15 +15,16 @@ from typing import Any
 from kubernetes import client
 
 from ..api.constants import ANNOTATION_WARM, GROUP, LABEL_COMPONENT, LABEL_DEPLOYMENT, PLURAL, VERSION
-from ..api.spec import SGLangDeploymentSpec
+from ..api.spec import AutoscalingSpec, SGLangDeploymentSpec
 from ..api.validation import parse_spec
 from ..controller.apply import Writer
 from ..controller.reconcile import desired_replicas
 from ..controller.status import condition, merge_conditions
 from ..topology import topology
+from .credentials import resolve_credentials
 from .policy import decide
 from .prometheus import fetch_samples
-from .signals import Decision, FleetState, history_from_state, history_to_state
+from .signals import Decision, FleetState, Samples, history_from_state, history_to_state
 
 PROMETHEUS_URL_ENV = "SGLANG_OPERATOR_PROMETHEUS_URL"
 HISTORY_LENGTH = 20
@@ -96,16 +97,14 @@ def autoscale_once(api: client.ApiClient, namespace: str, name: str, now: dateti
     now = now or datetime.now(UTC)
     shape = topology(spec)
     selector = f"{LABEL_DEPLOYMENT}={name},{LABEL_COMPONENT}=worker"
-    pods = client.CoreV1Api(api).list_namespaced_pod(namespace, label_selector=selector).items
+    core = client.CoreV1Api(api)
+    pods = core.list_namespaced_pod(namespace, label_selector=selector).items
     recommend_only = spec.autoscaling.recommend_only
     current = fleet_state(body, pods, spec, shape.gpus_per_replica, shape.concurrency_per_replica)
     url = spec.autoscaling.prometheus_url or os.environ.get(PROMETHEUS_URL_ENV)
     previous_status = body.get("status") or {}
     previous = previous_status.get("autoscaler") or {}
-    if url:
-        samples, error = fetch_samples(url, namespace, name, spec.autoscaling, now.timestamp())
-    else:
-        samples, error = None, "no Prometheus URL: set spec.autoscaling.prometheusURL or --prometheus-url"
+    samples, error = read_metrics(core, url, namespace, name, spec.autoscaling, now.timestamp())
     history = history_from_state(previous.get("state"))
     decision = decide(current, samples, spec.autoscaling, history, now.timestamp())
     new = autoscaler_status(previous, decision, now, recommend_only)
@@ -128,6 +127,19 @@ def autoscale_once(api: client.ApiClient, namespace: str, name: str, now: dateti
     if decision.replicas != previous.get("desiredReplicas"):
         writer.event(body, *scale_event(previous.get("desiredReplicas"), decision, current.desired, recommend_only))
     return AutoscalePass(decision, True)
+
+
+def read_metrics(
+    core: client.CoreV1Api, url: str | None, namespace: str, name: str, autoscaling: AutoscalingSpec, now: float
+) -> tuple[Samples | None, str | None]:
+    """The deployment's signals, read with the credentials `prometheusAuth` names; (None, why) without a URL, with
+    a Secret that cannot be used, or when an essential query failed."""
+    if not url:
+        return None, "no Prometheus URL: set spec.autoscaling.prometheusURL or --prometheus-url"
+    credentials, error = resolve_credentials(core, namespace, autoscaling.prometheus_auth)
+    if credentials is None:
+        return None, error
+    return fetch_samples(url, namespace, name, autoscaling, now, credentials=credentials)
 
 
 def scale_event(before: int | None, decision: Decision, running: int, recommend_only: bool) -> tuple[str, str]:

@@ -168,9 +168,36 @@ _COMBINE: dict[str, Callable[[list[float]], float]] = {
 }
 
 
-def connect(url: str, timeout_seconds: float = DEFAULT_TIMEOUT_SECONDS) -> PrometheusConnect:
+@dataclass(frozen=True, repr=False)
+class Credentials:
+    """What the client presents to Prometheus: extra headers (a bearer token among them), HTTP basic auth, and how
+    to verify an https endpoint (True, False, or the path of a CA bundle). `credentials.py` resolves them from
+    `spec.autoscaling.prometheusAuth`; the default is none, with certificates verified."""
+
+    headers: tuple[tuple[str, str], ...] = ()
+    basic: tuple[str, str] | None = None
+    verify: bool | str = True
+
+    def __repr__(self) -> str:  # never print a token or a password
+        names = [name for name, _ in self.headers]
+        return f"Credentials(headers={names}, basic={self.basic is not None}, verify={self.verify!r})"
+
+
+def connect(
+    url: str, timeout_seconds: float = DEFAULT_TIMEOUT_SECONDS, credentials: Credentials | None = None
+) -> PrometheusConnect:
     """A client that fails fast: one attempt per query (the next interval is the retry)."""
-    return PrometheusConnect(url=url, disable_ssl=False, retry=Retry(total=0), timeout=timeout_seconds)
+    credentials = credentials or Credentials()
+    session = requests.Session()
+    session.verify = credentials.verify
+    return PrometheusConnect(
+        url=url,
+        headers=dict(credentials.headers) or None,
+        auth=credentials.basic,
+        session=session,
+        retry=Retry(total=0),
+        timeout=timeout_seconds,
+    )
 
 
 def read_samples(
@@ -216,10 +243,11 @@ def fetch_samples(
     now: float | None = None,
     queries: Queries | None = None,
     timeout_seconds: float = DEFAULT_TIMEOUT_SECONDS,
+    credentials: Credentials | None = None,
 ) -> tuple[Samples | None, str | None]:
     """Connect and read in one call (what the autoscaling loop uses); never raises."""
     try:
-        client = connect(url, timeout_seconds)
+        client = connect(url, timeout_seconds, credentials)
     except Exception as e:  # e.g. a malformed URL
         return None, f"cannot use Prometheus at {url!r}: {type(e).__name__}: {_short(e)}"
     return read_samples(

@@ -1,0 +1,68 @@
+"""`spec.autoscaling.prometheusAuth` resolved into the `Credentials` the Prometheus client presents.
+
+Credentials live in Secrets of the CR's namespace, read on every pass (a rotated token is used at the next
+interval, with no restart). A CA bundle is written once to a file named after its content, because `requests`
+verifies against a path. A missing Secret or key is an error string, like every other autoscaler failure: the
+pass holds the replica count and `MetricsAvailable` says which Secret is wrong.
+"""
+
+import base64
+import hashlib
+import tempfile
+from pathlib import Path
+
+from kubernetes import client
+from kubernetes.client.rest import ApiException
+
+from ..api.spec import PrometheusAuth
+from .prometheus import Credentials
+
+CA_DIR = Path(tempfile.gettempdir()) / "sglang-operator-prometheus-ca"
+
+
+class CredentialsError(Exception):
+    """A Secret that prometheusAuth names cannot be read or lacks the key."""
+
+
+def resolve_credentials(
+    core: client.CoreV1Api, namespace: str, auth: PrometheusAuth, ca_dir: Path = CA_DIR
+) -> tuple[Credentials | None, str | None]:
+    """(credentials, None), or (None, why not); never raises."""
+    try:
+        headers = dict(auth.headers)
+        basic = None
+        verify: bool | str = not auth.insecure_skip_tls_verify
+        if (bearer := auth.bearer_token_secret_ref) is not None:
+            headers["Authorization"] = f"Bearer {_secret_value(core, namespace, bearer.name, bearer.key).strip()}"
+        if (user := auth.basic_auth_secret_ref) is not None:
+            basic = (
+                _secret_value(core, namespace, user.name, user.username_key),
+                _secret_value(core, namespace, user.name, user.password_key),
+            )
+        if (ca := auth.ca_secret_ref) is not None:
+            verify = str(ca_file(_secret_value(core, namespace, ca.name, ca.key), ca_dir))
+    except CredentialsError as e:
+        return None, str(e)
+    return Credentials(tuple(sorted(headers.items())), basic, verify), None
+
+
+def ca_file(pem: str, ca_dir: Path) -> Path:
+    """The bundle's file, written once: its name is the content's hash, so a rotated CA gets a new file."""
+    path = ca_dir / f"{hashlib.sha256(pem.encode()).hexdigest()[:16]}.pem"
+    if not path.exists():
+        ca_dir.mkdir(parents=True, exist_ok=True)
+        partial = path.with_suffix(".tmp")
+        partial.write_text(pem)
+        partial.replace(path)  # another pass never reads half a file
+    return path
+
+
+def _secret_value(core: client.CoreV1Api, namespace: str, name: str, key: str) -> str:
+    try:
+        secret = core.read_namespaced_secret(name, namespace)
+    except ApiException as e:
+        raise CredentialsError(f"prometheusAuth: cannot read Secret {namespace}/{name}: {e.status} {e.reason}") from e
+    encoded = (secret.data or {}).get(key)
+    if encoded is None:
+        raise CredentialsError(f"prometheusAuth: Secret {namespace}/{name} has no key {key!r}")
+    return base64.b64decode(encoded).decode()
