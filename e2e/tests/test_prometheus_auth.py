@@ -96,6 +96,12 @@ def test_basic_auth_from_a_secret_lets_the_autoscaler_in(
     samples, error = read_samples(prom, target, windows)
     assert error is None and samples is not None  # every query answered (no SGLang series here: no values)
 
+    no_key = BasicAuthSecretRef(name="prom-reader", passwordKey="pw")
+    assert resolve_credentials(core, namespace, PrometheusAuth(basic_auth_secret_ref=no_key)) == (
+        None,
+        f"prometheusAuth: Secret {namespace}/prom-reader has no key 'pw'",
+    )
+
     create_basic_auth_secret(core, namespace, "prom-wrong", "not the password")
     wrong, _ = resolve_credentials(
         core, namespace, PrometheusAuth(basic_auth_secret_ref=BasicAuthSecretRef(name="prom-wrong"))

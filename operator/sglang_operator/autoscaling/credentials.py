@@ -8,6 +8,7 @@ pass holds the replica count and `MetricsAvailable` says which Secret is wrong.
 
 import base64
 import hashlib
+import os
 import tempfile
 from pathlib import Path
 
@@ -51,9 +52,10 @@ def ca_file(pem: str, ca_dir: Path) -> Path:
     path = ca_dir / f"{hashlib.sha256(pem.encode()).hexdigest()[:16]}.pem"
     if not path.exists():
         ca_dir.mkdir(parents=True, exist_ok=True)
-        partial = path.with_suffix(".tmp")
-        partial.write_text(pem)
-        partial.replace(path)  # another pass never reads half a file
+        handle, partial = tempfile.mkstemp(dir=ca_dir, suffix=".tmp")  # one per writer: daemons run in threads
+        with os.fdopen(handle, "w") as f:
+            f.write(pem)
+        os.replace(partial, path)  # another pass never reads half a file
     return path
 
 
@@ -65,4 +67,7 @@ def _secret_value(core: client.CoreV1Api, namespace: str, name: str, key: str) -
     encoded = (secret.data or {}).get(key)
     if encoded is None:
         raise CredentialsError(f"prometheusAuth: Secret {namespace}/{name} has no key {key!r}")
-    return base64.b64decode(encoded).decode()
+    try:
+        return base64.b64decode(encoded).decode()
+    except ValueError as e:  # not base64, or not UTF-8 text
+        raise CredentialsError(f"prometheusAuth: Secret {namespace}/{name} key {key!r} is not text: {e}") from e
