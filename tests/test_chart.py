@@ -77,6 +77,8 @@ VARIANTS = {
     "everything-set": [
         "--set-json", 'watchNamespaces=["team-a","team-b"]',
         "--set", "prometheusURL=http://prometheus.monitoring.svc:9090",
+        "--set", "prometheusBearerTokenFile=/var/run/secrets/kubernetes.io/serviceaccount/token",
+        "--set", "prometheusCAFile=/etc/prometheus-ca/ca.crt",
         "--set", "verbose=true",
         "--set", "health.enabled=true",
         "--set", "priorityClassName=system-cluster-critical",
@@ -142,6 +144,8 @@ def test_values_reach_the_command_line(helm: Path) -> None:
         "--namespace=team-a",
         "--namespace=team-b",
         "--prometheus-url=http://prometheus.monitoring.svc:9090",
+        "--prometheus-bearer-token-file=/var/run/secrets/kubernetes.io/serviceaccount/token",
+        "--prometheus-ca-file=/etc/prometheus-ca/ca.crt",
         "--verbose",
         "--liveness=http://0.0.0.0:8080/healthz",
     ]

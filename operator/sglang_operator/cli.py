@@ -129,6 +129,8 @@ def cmd_run(args: argparse.Namespace) -> int:
         prometheus_url=args.prometheus_url,
         verbose=args.verbose,
         liveness=args.liveness,
+        prometheus_token_file=args.prometheus_bearer_token_file,
+        prometheus_ca_file=args.prometheus_ca_file,
     )
 
 
@@ -162,6 +164,12 @@ def build_parser() -> argparse.ArgumentParser:
     run = sub.add_parser("run", help="run the operator (kopf) against the current kubeconfig or in-cluster")
     run.add_argument("--namespace", action="append", help="watch only these namespaces (default: all)")
     run.add_argument("--prometheus-url", default=None, help="default Prometheus for autoscaling")
+    run.add_argument(
+        "--prometheus-bearer-token-file",
+        metavar="PATH",
+        help="bearer token for the default Prometheus, read every pass (e.g. the service account's token)",
+    )
+    run.add_argument("--prometheus-ca-file", metavar="PATH", help="CA bundle that signed the default Prometheus")
     run.add_argument("--liveness", metavar="URL", help="kopf health endpoint, e.g. http://0.0.0.0:8080/healthz")
     run.add_argument("-v", "--verbose", action="store_true")
     run.set_defaults(func=cmd_run)

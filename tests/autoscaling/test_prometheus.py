@@ -14,9 +14,11 @@ from typing import Any
 from urllib.parse import parse_qs, urlparse
 
 import pytest
+from kubernetes import client
 
 from sglang_operator.api.spec import AutoscalingSpec, AutoscalingWindows, BurstyTraffic, ServiceLevel, SustainedRise
-from sglang_operator.autoscaling.credentials import ca_file
+from sglang_operator.autoscaling.credentials import TOKEN_FILE_ENV, ca_file
+from sglang_operator.autoscaling.loop import PROMETHEUS_URL_ENV, read_metrics
 from sglang_operator.autoscaling.prometheus import (
     Credentials,
     Queries,
@@ -359,3 +361,34 @@ def test_a_ca_bundle_is_written_once_under_its_content_hash(tmp_path: Path) -> N
     assert first == again != rotated
     assert first.read_text().endswith("AAA\n") and rotated.read_text().endswith("BBB\n")
     assert sorted(p.name for p in tmp_path.iterdir()) == sorted([first.name, rotated.name])  # no partial files
+
+
+def test_the_operators_token_goes_only_to_its_own_prometheus(
+    prometheus: Callable[..., FakePrometheus], tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    fake = prometheus(HEALTHY)
+    token = tmp_path / "token"
+    token.write_text("first\n")
+    monkeypatch.setenv(PROMETHEUS_URL_ENV, fake.url)
+    monkeypatch.setenv(TOKEN_FILE_ENV, str(token))
+    core = client.CoreV1Api(client.ApiClient())  # never called: no CR here names a Secret
+
+    def authorizations(autoscaling: dict[str, Any]) -> set[str | None]:
+        fake.headers.clear()
+        samples, error = read_metrics(core, "team-a", "chat", AutoscalingSpec.model_validate(autoscaling), 1000.0)
+        assert error is None and samples is not None
+        return {h.get("Authorization") for h in fake.headers}
+
+    assert authorizations({"enabled": True}) == {"Bearer first"}  # the operator's default URL: its token
+    token.write_text("rotated\n")
+    assert authorizations({"enabled": True}) == {"Bearer rotated"}  # read every pass
+    assert authorizations({"enabled": True, "prometheusURL": fake.url}) == {None}  # a CR's own URL: never
+    tenant = {"enabled": True, "prometheusAuth": {"headers": {"X-Scope-OrgID": "team-a"}}}
+    assert authorizations(tenant) == {None}  # a CR's prometheusAuth replaces the operator's credentials
+    assert {h["X-Scope-OrgID"] for h in fake.headers} == {"team-a"}
+
+    token.unlink()
+    samples, error = read_metrics(core, "team-a", "chat", AutoscalingSpec(enabled=True), 1000.0)
+    assert (
+        samples is None and error == f"--prometheus-bearer-token-file: cannot read {token}: No such file or directory"
+    )

@@ -19,6 +19,8 @@ from ..api.spec import PrometheusAuth
 from .prometheus import Credentials
 
 CA_DIR = Path(tempfile.gettempdir()) / "sglang-operator-prometheus-ca"
+TOKEN_FILE_ENV = "SGLANG_OPERATOR_PROMETHEUS_TOKEN_FILE"  # set by `run --prometheus-bearer-token-file`
+CA_FILE_ENV = "SGLANG_OPERATOR_PROMETHEUS_CA_FILE"  # set by `run --prometheus-ca-file`
 
 
 class CredentialsError(Exception):
@@ -45,6 +47,21 @@ def resolve_credentials(
     except CredentialsError as e:
         return None, str(e)
     return Credentials(tuple(sorted(headers.items())), basic, verify), None
+
+
+def operator_credentials(token_file: str | None, ca_bundle: str | None) -> tuple[Credentials | None, str | None]:
+    """The operator's own credentials for its default Prometheus (`--prometheus-bearer-token-file`,
+    `--prometheus-ca-file`), e.g. its service account's token for an OpenShift Thanos querier. The token file is
+    read on every pass, since a projected service-account token rotates. Only the operator's default URL gets them:
+    a CR that names its own prometheusURL never receives the operator's token."""
+    headers: tuple[tuple[str, str], ...] = ()
+    if token_file:
+        try:
+            token = Path(token_file).read_text().strip()
+        except OSError as e:
+            return None, f"--prometheus-bearer-token-file: cannot read {token_file}: {e.strerror}"
+        headers = (("Authorization", f"Bearer {token}"),)
+    return Credentials(headers, None, ca_bundle or True), None
 
 
 def ca_file(pem: str, ca_dir: Path) -> Path:

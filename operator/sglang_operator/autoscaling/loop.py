@@ -15,13 +15,13 @@ from typing import Any
 from kubernetes import client
 
 from ..api.constants import ANNOTATION_WARM, GROUP, LABEL_COMPONENT, LABEL_DEPLOYMENT, PLURAL, VERSION
-from ..api.spec import AutoscalingSpec, SGLangDeploymentSpec
+from ..api.spec import AutoscalingSpec, PrometheusAuth, SGLangDeploymentSpec
 from ..api.validation import parse_spec
 from ..controller.apply import Writer
 from ..controller.reconcile import desired_replicas
 from ..controller.status import condition, merge_conditions
 from ..topology import topology
-from .credentials import resolve_credentials
+from .credentials import CA_FILE_ENV, TOKEN_FILE_ENV, operator_credentials, resolve_credentials
 from .policy import decide
 from .prometheus import fetch_samples
 from .signals import Decision, FleetState, Samples, history_from_state, history_to_state
@@ -101,10 +101,9 @@ def autoscale_once(api: client.ApiClient, namespace: str, name: str, now: dateti
     pods = core.list_namespaced_pod(namespace, label_selector=selector).items
     recommend_only = spec.autoscaling.recommend_only
     current = fleet_state(body, pods, spec, shape.gpus_per_replica, shape.concurrency_per_replica)
-    url = spec.autoscaling.prometheus_url or os.environ.get(PROMETHEUS_URL_ENV)
     previous_status = body.get("status") or {}
     previous = previous_status.get("autoscaler") or {}
-    samples, error = read_metrics(core, url, namespace, name, spec.autoscaling, now.timestamp())
+    samples, error = read_metrics(core, namespace, name, spec.autoscaling, now.timestamp())
     history = history_from_state(previous.get("state"))
     decision = decide(current, samples, spec.autoscaling, history, now.timestamp())
     new = autoscaler_status(previous, decision, now, recommend_only)
@@ -130,13 +129,18 @@ def autoscale_once(api: client.ApiClient, namespace: str, name: str, now: dateti
 
 
 def read_metrics(
-    core: client.CoreV1Api, url: str | None, namespace: str, name: str, autoscaling: AutoscalingSpec, now: float
+    core: client.CoreV1Api, namespace: str, name: str, autoscaling: AutoscalingSpec, now: float
 ) -> tuple[Samples | None, str | None]:
-    """The deployment's signals, read with the credentials `prometheusAuth` names; (None, why) without a URL, with
-    a Secret that cannot be used, or when an essential query failed."""
+    """The deployment's signals; (None, why) without a URL, with credentials that cannot be read, or when an
+    essential query failed. A CR's own prometheusURL is read with its own prometheusAuth. The operator's default
+    URL is read with the CR's prometheusAuth when it names one, else with the operator's own credentials."""
+    url = autoscaling.prometheus_url or os.environ.get(PROMETHEUS_URL_ENV)
     if not url:
         return None, "no Prometheus URL: set spec.autoscaling.prometheusURL or --prometheus-url"
-    credentials, error = resolve_credentials(core, namespace, autoscaling.prometheus_auth)
+    if autoscaling.prometheus_url or autoscaling.prometheus_auth != PrometheusAuth():
+        credentials, error = resolve_credentials(core, namespace, autoscaling.prometheus_auth)
+    else:
+        credentials, error = operator_credentials(os.environ.get(TOKEN_FILE_ENV), os.environ.get(CA_FILE_ENV))
     if credentials is None:
         return None, error
     return fetch_samples(url, namespace, name, autoscaling, now, credentials=credentials)
