@@ -12,7 +12,7 @@ from typing import Any
 
 from pydantic import ValidationError
 
-from .spec import EP_SPANNING_BACKENDS, SGLangDeploymentSpec
+from .spec import EP_SPANNING_BACKENDS, PrometheusAuth, SGLangDeploymentSpec
 
 SpecCheck = Callable[[SGLangDeploymentSpec], bool]
 
@@ -90,8 +90,18 @@ _OPTIONAL_FIELDS = {
 }
 
 
-_AUTH_GUARD = "!has(self.autoscaling.prometheusAuth) || "
-"""prometheusAuth defaults to {}, but a CR written before the field existed has none until it is next written."""
+_AUTH = "self.autoscaling.prometheusAuth"
+
+
+def _auth_not_both(field: str, other: str, why: str, both_cel: str, both: Callable[[PrometheusAuth], bool]) -> Rule:
+    """`prometheusAuth.<field>` may not be set together with `<other>`. prometheusAuth defaults to {}, but a CR
+    written before the field existed has none until it is next written: the CEL guards it."""
+    return Rule(
+        field=f"spec.autoscaling.prometheusAuth.{field}",
+        message=f"cannot be combined with {other}: {why}",
+        cel=f"!has({_AUTH}) || !({both_cel})",
+        holds=lambda s: not both(s.autoscaling.prometheus_auth),
+    )
 
 
 def _port(field: str, get: Callable[[SGLangDeploymentSpec], int]) -> Rule:
@@ -326,35 +336,27 @@ RULES: tuple[Rule, ...] = (
         "it is the share of requests over the SLO (0.05 = 5 %) up to which surplus capacity goes after the quiet "
         "scale-down window.",
     ),
-    Rule(
-        field="spec.autoscaling.prometheusAuth.basicAuthSecretRef",
-        message="cannot be combined with bearerTokenSecretRef: a request carries one Authorization header; keep "
-        "the one your Prometheus (or the proxy in front of it) expects.",
-        cel=f"{_AUTH_GUARD}!has(self.autoscaling.prometheusAuth.bearerTokenSecretRef) || "
-        "!has(self.autoscaling.prometheusAuth.basicAuthSecretRef)",
-        holds=lambda s: (
-            s.autoscaling.prometheus_auth.bearer_token_secret_ref is None
-            or s.autoscaling.prometheus_auth.basic_auth_secret_ref is None
-        ),
+    _auth_not_both(
+        "basicAuthSecretRef",
+        "bearerTokenSecretRef",
+        "a request carries one Authorization header; keep the one your Prometheus (or the proxy in front of it) "
+        "expects.",
+        f"has({_AUTH}.bearerTokenSecretRef) && has({_AUTH}.basicAuthSecretRef)",
+        lambda a: a.bearer_token_secret_ref is not None and a.basic_auth_secret_ref is not None,
     ),
     Rule(
         field="spec.autoscaling.prometheusAuth.headers",
         message="must not set Authorization: credentials belong in a Secret; use bearerTokenSecretRef or "
         "basicAuthSecretRef.",
-        cel=f"{_AUTH_GUARD}!has(self.autoscaling.prometheusAuth.headers) || "
-        "self.autoscaling.prometheusAuth.headers.all(h, h.lowerAscii() != 'authorization')",
+        cel=f"!has({_AUTH}) || !has({_AUTH}.headers) || {_AUTH}.headers.all(h, h.lowerAscii() != 'authorization')",
         holds=lambda s: all(h.lower() != "authorization" for h in s.autoscaling.prometheus_auth.headers),
     ),
-    Rule(
-        field="spec.autoscaling.prometheusAuth.insecureSkipTLSVerify",
-        message="cannot be combined with caSecretRef: either verify the certificate against that CA or skip "
-        "verification; drop one.",
-        cel=f"{_AUTH_GUARD}!has(self.autoscaling.prometheusAuth.caSecretRef) || "
-        "!self.autoscaling.prometheusAuth.insecureSkipTLSVerify",
-        holds=lambda s: (
-            s.autoscaling.prometheus_auth.ca_secret_ref is None
-            or not s.autoscaling.prometheus_auth.insecure_skip_tls_verify
-        ),
+    _auth_not_both(
+        "insecureSkipTLSVerify",
+        "caSecretRef",
+        "either verify the certificate against that CA or skip verification; drop one.",
+        f"has({_AUTH}.caSecretRef) && {_AUTH}.insecureSkipTLSVerify",
+        lambda a: a.ca_secret_ref is not None and a.insecure_skip_tls_verify,
     ),
     _port("spec.engine.port", lambda s: s.engine.port),
     _port("spec.router.port", lambda s: s.router.port),

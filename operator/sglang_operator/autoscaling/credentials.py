@@ -38,9 +38,10 @@ def resolve_credentials(
         if (bearer := auth.bearer_token_secret_ref) is not None:
             headers["Authorization"] = f"Bearer {_secret_value(core, namespace, bearer.name, bearer.key).strip()}"
         if (user := auth.basic_auth_secret_ref) is not None:
+            data = _secret_data(core, namespace, user.name)  # one read for both keys
             basic = (
-                _secret_value(core, namespace, user.name, user.username_key),
-                _secret_value(core, namespace, user.name, user.password_key),
+                _text(data, namespace, user.name, user.username_key),
+                _text(data, namespace, user.name, user.password_key),
             )
         if (ca := auth.ca_secret_ref) is not None:
             verify = str(ca_file(_secret_value(core, namespace, ca.name, ca.key), ca_dir))
@@ -77,11 +78,20 @@ def ca_file(pem: str, ca_dir: Path) -> Path:
 
 
 def _secret_value(core: client.CoreV1Api, namespace: str, name: str, key: str) -> str:
+    return _text(_secret_data(core, namespace, name), namespace, name, key)
+
+
+def _secret_data(core: client.CoreV1Api, namespace: str, name: str) -> dict[str, str]:
     try:
         secret = core.read_namespaced_secret(name, namespace)
     except ApiException as e:
         raise CredentialsError(f"prometheusAuth: cannot read Secret {namespace}/{name}: {e.status} {e.reason}") from e
-    encoded = (secret.data or {}).get(key)
+    return dict(secret.data or {})
+
+
+def _text(data: dict[str, str], namespace: str, name: str, key: str) -> str:
+    """One key of a Secret's data, decoded."""
+    encoded = data.get(key)
     if encoded is None:
         raise CredentialsError(f"prometheusAuth: Secret {namespace}/{name} has no key {key!r}")
     try:
