@@ -377,6 +377,14 @@ class MonitoringSpec(SpecModel):
     interval: str = "15s"
 
 
+class NetworkPolicySpec(SpecModel):
+    """A NetworkPolicy for the fleet's workers: reachable only from the fleet's own routers, the operator and
+    Prometheus (as the operator's settings name them), so the router's API key cannot be bypassed by calling a
+    worker directly."""
+
+    enabled: bool = Field(default=False, description="Render a NetworkPolicy that isolates the workers.")
+
+
 class SGLangDeploymentSpec(SpecModel):
     model: ModelSpec
     engine: EngineSpec = Field(default_factory=EngineSpec)
@@ -388,6 +396,7 @@ class SGLangDeploymentSpec(SpecModel):
     template: PodTemplateOverrides = Field(default_factory=PodTemplateOverrides)
     update_strategy: UpdateStrategy = Field(default_factory=UpdateStrategy)
     monitoring: MonitoringSpec = Field(default_factory=MonitoringSpec)
+    network_policy: NetworkPolicySpec = Field(default_factory=NetworkPolicySpec)
 
     @property
     def served_model_name(self) -> str:
