@@ -37,4 +37,6 @@ def test_schema_defaults_make_the_smallest_spec_complete() -> None:
     assert props["parallelism"]["properties"]["tp"]["default"] == 1
     assert props["replicas"]["default"] == 1
     assert props["router"]["properties"]["policy"]["enum"][0] == "cache_aware"
-    assert props["template"]["properties"]["spec"]["x-kubernetes-preserve-unknown-fields"] is True
+    template = props["template"]["properties"]["spec"]
+    assert "x-kubernetes-preserve-unknown-fields" not in template  # typed: no pod field outside the allow-list
+    assert "hostNetwork" not in template["properties"] and "serviceAccountName" not in template["properties"]

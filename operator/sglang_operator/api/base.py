@@ -1,6 +1,8 @@
 """The one base class of every spec model: frozen, camelCase on the wire, tolerant of unknown fields.
 
-Unknown fields are ignored rather than fatal so that an older operator keeps working on a CR written for a newer one.
+Unknown fields are ignored rather than fatal so that an older operator keeps working on a CR written for a newer one;
+`validation.unknown_fields` reports them for `sglang-operator validate`, as `kubectl --validate=strict` does.
+Types are strict: nothing is coerced.
 """
 
 from pydantic import BaseModel, ConfigDict
@@ -14,4 +16,6 @@ class SpecModel(BaseModel):
         populate_by_name=True,
         extra="ignore",
         use_enum_values=True,
+        strict=True,  # `replicas: "3"` or `true` is an error, never coerced (the API server agrees)
+        allow_inf_nan=False,  # YAML's .inf and .nan are no quantity of anything
     )

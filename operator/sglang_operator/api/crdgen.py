@@ -8,7 +8,7 @@ import argparse
 import types
 import typing
 from pathlib import Path
-from typing import Any, Literal, Union, get_args, get_origin
+from typing import Annotated, Any, Literal, Union, get_args, get_origin
 
 import yaml
 from pydantic import BaseModel
@@ -46,6 +46,12 @@ def _strip_optional(annotation: Any) -> Any:
 def _type_schema(annotation: Any) -> dict[str, Any]:
     annotation = _strip_optional(annotation)
     origin = get_origin(annotation)
+    if origin is Annotated:  # a constrained item or value type, e.g. list[Annotated[str, Field(max_length=...)]]
+        base, *metadata = get_args(annotation)
+        schema = _type_schema(base)
+        for meta in metadata:
+            _constrain(schema, getattr(meta, "metadata", [meta]))
+        return schema
     if isinstance(annotation, type) and issubclass(annotation, BaseModel):
         return model_schema(annotation)
     if origin is Literal:
@@ -65,16 +71,26 @@ def _type_schema(annotation: Any) -> dict[str, Any]:
     raise TypeError(f"no CRD schema for {annotation!r}")
 
 
-def _field_schema(field: FieldInfo) -> dict[str, Any]:
-    schema = _type_schema(field.annotation)
-    for meta in field.metadata:
+def _constrain(schema: dict[str, Any], metadata: list[Any]) -> None:
+    """pydantic's constraints as OpenAPI keywords. Every string, list and map is bounded: that bounds what one CR
+    may ask of the operator, and what a CEL rule may iterate (the API server refuses unbounded rule costs)."""
+    for meta in metadata:
         if (min_length := getattr(meta, "min_length", None)) is not None:
             schema["minLength"] = min_length
         if (pattern := getattr(meta, "pattern", None)) is not None:
             schema["pattern"] = pattern
-        if (max_length := getattr(meta, "max_length", None)) is not None:  # bounds what a CEL rule may iterate
+        if (max_length := getattr(meta, "max_length", None)) is not None:
             keyword = {"object": "maxProperties", "array": "maxItems"}.get(schema.get("type", ""), "maxLength")
             schema[keyword] = max_length
+        if (minimum := getattr(meta, "ge", None)) is not None:
+            schema["minimum"] = minimum
+        if (maximum := getattr(meta, "le", None)) is not None:
+            schema["maximum"] = maximum
+
+
+def _field_schema(field: FieldInfo) -> dict[str, Any]:
+    schema = _type_schema(field.annotation)
+    _constrain(schema, field.metadata)
     if field.description:
         schema["description"] = field.description
     if not field.is_required():

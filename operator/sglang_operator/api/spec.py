@@ -5,7 +5,7 @@ These models are the single source of the schema: `crdgen` turns them into the C
 Defaults are chosen so that `spec: {model: {path: X}}` is one single-GPU replica behind a router.
 """
 
-from typing import Any, Literal
+from typing import Annotated, Literal
 
 from pydantic import Field
 
@@ -18,6 +18,7 @@ from .constants import (
     DEFAULT_SGLANG_IMAGE,
     DEFAULT_SGLANG_VERSION,
 )
+from .podtemplate import ABSOLUTE_PATH, DNS_SUBDOMAIN, QUANTITY, EnvVar, PodTemplateOverrides
 
 MoeA2ABackend = Literal[
     "none",
@@ -49,6 +50,17 @@ EP_SPANNING_BACKENDS: frozenset[str] = frozenset(
     }
 )
 
+# Patterns the schema and `validate` share. Strings that reach a command line, a URL or a header carry no whitespace
+# or control characters, so no value can smuggle a second flag, line or header.
+NO_SPACE = r"^\S+$"
+NO_CONTROL = r"^[^\x00-\x1f\x7f]+$"
+SECRET_KEY = r"^[-._a-zA-Z0-9]+$"
+EXTENDED_RESOURCE = r"^[a-z0-9]([-a-z0-9.]*[a-z0-9])?/[a-zA-Z0-9]([-a-zA-Z0-9_.]*[a-zA-Z0-9])?$"
+PROMETHEUS_URL = r"^https?://[^\s/@?#]+(/[^\s]*)?$"
+Arg = Annotated[str, Field(max_length=1024, pattern=r"^[^\x00\n\r]*$")]
+HeaderName = Annotated[str, Field(min_length=1, max_length=128, pattern=r"^[A-Za-z0-9-]+$")]
+HeaderValue = Annotated[str, Field(max_length=1024, pattern=r"^[^\x00-\x1f\x7f]*$")]
+
 RouterPolicy = Literal[
     "cache_aware", "round_robin", "power_of_two", "least_load", "random", "consistent_hashing", "prefix_hash"
 ]
@@ -57,44 +69,61 @@ RouterPolicy = Literal[
 class SecretKeyRef(SpecModel):
     """A key of a Secret in the CR's namespace."""
 
-    name: str = Field(min_length=1, description="Secret name.")
-    key: str = Field(default="token", min_length=1, description="Key inside the Secret.")
+    name: str = Field(min_length=1, max_length=253, pattern=DNS_SUBDOMAIN, description="Secret name.")
+    key: str = Field(
+        default="token", min_length=1, max_length=253, pattern=SECRET_KEY, description="Key inside the Secret."
+    )
 
 
 class ModelCache(SpecModel):
     """Where downloaded weights live. emptyDir re-downloads per pod; a PVC or hostPath survives restarts."""
 
     type: Literal["emptyDir", "persistentVolumeClaim", "hostPath"] = "emptyDir"
-    claim_name: str | None = Field(default=None, description="PVC name when type is persistentVolumeClaim.")
-    host_path: str | None = Field(default=None, description="Node path when type is hostPath.")
-    size_limit: str | None = Field(default=None, description="emptyDir size limit, e.g. 200Gi.")
-    mount_path: str = Field(default="/root/.cache/huggingface", description="Mount path (HF_HOME).")
+    claim_name: str | None = Field(
+        default=None, max_length=253, pattern=DNS_SUBDOMAIN, description="PVC name when type is persistentVolumeClaim."
+    )
+    host_path: str | None = Field(
+        default=None,
+        max_length=512,
+        pattern=ABSOLUTE_PATH,
+        description="Node directory when type is hostPath; mounted read-only, and only under a path the operator's "
+        "settings allow (--allow-host-path).",
+    )
+    size_limit: str | None = Field(
+        default=None, max_length=64, pattern=QUANTITY, description="emptyDir size limit, e.g. 200Gi."
+    )
+    mount_path: str = Field(
+        default="/root/.cache/huggingface", max_length=512, pattern=ABSOLUTE_PATH, description="Mount path (HF_HOME)."
+    )
     read_only: bool = False
 
 
 class ModelSpec(SpecModel):
-    path: str = Field(min_length=1, description="Hugging Face model id or local path (--model-path).")
-    served_name: str | None = Field(
-        default=None, description="Model name clients use (--served-model-name); defaults to path."
+    path: str = Field(
+        min_length=1,
+        max_length=512,
+        pattern=NO_CONTROL,
+        description="Hugging Face model id or local path (--model-path).",
     )
-    revision: str | None = Field(default=None, description="Model revision (branch, tag or commit).")
+    served_name: str | None = Field(
+        default=None,
+        max_length=256,
+        pattern=NO_SPACE,
+        description="Model name clients use (--served-model-name); defaults to path.",
+    )
+    revision: str | None = Field(
+        default=None, max_length=128, pattern=NO_SPACE, description="Model revision (branch, tag or commit)."
+    )
     trust_remote_code: bool = False
     token_secret_ref: SecretKeyRef | None = Field(default=None, description="Secret holding the HF token.")
     cache: ModelCache = Field(default_factory=ModelCache)
 
 
-class EnvVar(SpecModel):
-    """A container env var; valueFrom is passed through unchanged."""
-
-    name: str = Field(min_length=1)
-    value: str | None = None
-    value_from: dict[str, Any] | None = None
-
-
 class EngineSpec(SpecModel):
-    image: str = Field(default=DEFAULT_SGLANG_IMAGE, min_length=1)
+    image: str = Field(default=DEFAULT_SGLANG_IMAGE, min_length=1, max_length=512, pattern=NO_SPACE)
     version: str = Field(
         default=DEFAULT_SGLANG_VERSION,
+        max_length=32,
         pattern=r"^\d+\.\d+\.\d+$",
         description="SGLang version of the image; picks the launch-flag dialect and readiness endpoint.",
     )
@@ -105,8 +134,13 @@ class EngineSpec(SpecModel):
     startup_timeout_seconds: int = Field(
         default=1800, description="How long weight loading + CUDA graph capture may take before a restart."
     )
-    args: list[str] = Field(default_factory=list, description="Extra sglang.launch_server arguments, appended.")
-    env: list[EnvVar] = Field(default_factory=list)
+    args: list[Arg] = Field(
+        default_factory=list,
+        max_length=64,
+        description="Extra sglang.launch_server arguments, appended; flags the operator sets from other fields are "
+        "refused.",
+    )
+    env: list[EnvVar] = Field(default_factory=list, max_length=64)
 
 
 class ParallelismSpec(SpecModel):
@@ -120,27 +154,37 @@ class ParallelismSpec(SpecModel):
 
 
 class ResourcesSpec(SpecModel):
-    gpu_resource_name: str = Field(default="nvidia.com/gpu", alias="gpuResourceName")
+    gpu_resource_name: str = Field(
+        default="nvidia.com/gpu", alias="gpuResourceName", max_length=253, pattern=EXTENDED_RESOURCE
+    )
     gpus_per_node: int = Field(default=8, alias="gpusPerNode", description="GPUs a node offers; bounds GPUs per pod.")
-    cpu: str | None = None
-    memory: str | None = None
-    shared_memory: str = Field(default="16Gi", description="Size of the /dev/shm memory volume (NCCL).")
+    cpu: str | None = Field(default=None, max_length=64, pattern=QUANTITY)
+    memory: str | None = Field(default=None, max_length=64, pattern=QUANTITY)
+    shared_memory: str = Field(
+        default="16Gi", max_length=64, pattern=QUANTITY, description="Size of the /dev/shm memory volume (NCCL)."
+    )
 
 
 class StickySessions(SpecModel):
     enabled: bool = False
-    headers: list[str] = Field(default_factory=lambda: ["x-session-id"], description="Routing-key headers.")
+    headers: list[HeaderName] = Field(
+        default_factory=lambda: ["x-session-id"], max_length=16, description="Routing-key headers."
+    )
 
 
 class RouterSpec(SpecModel):
     enabled: bool = True
-    image: str = Field(default=DEFAULT_ROUTER_IMAGE, min_length=1)
+    image: str = Field(default=DEFAULT_ROUTER_IMAGE, min_length=1, max_length=512, pattern=NO_SPACE)
     replicas: int = 1
     policy: RouterPolicy = "cache_aware"
     port: int = DEFAULT_ROUTER_PORT
     metrics_port: int = DEFAULT_ROUTER_METRICS_PORT
     sticky_sessions: StickySessions = Field(default_factory=StickySessions)
-    args: list[str] = Field(default_factory=list, description="Extra `smg launch` arguments, appended.")
+    args: list[Arg] = Field(
+        default_factory=list,
+        max_length=64,
+        description="Extra `smg launch` arguments, appended; flags the operator sets are refused.",
+    )
     api_key_secret_ref: SecretKeyRef | None = None
 
 
@@ -279,16 +323,22 @@ class ServiceLevel(SpecModel):
 class BasicAuthSecretRef(SpecModel):
     """A Secret in the CR's namespace holding a user name and a password."""
 
-    name: str = Field(min_length=1, description="Secret name.")
-    username_key: str = Field(default="username", min_length=1, description="Key of the user name.")
-    password_key: str = Field(default="password", min_length=1, description="Key of the password.")
+    name: str = Field(min_length=1, max_length=253, pattern=DNS_SUBDOMAIN, description="Secret name.")
+    username_key: str = Field(
+        default="username", min_length=1, max_length=253, pattern=SECRET_KEY, description="Key of the user name."
+    )
+    password_key: str = Field(
+        default="password", min_length=1, max_length=253, pattern=SECRET_KEY, description="Key of the password."
+    )
 
 
 class CASecretRef(SpecModel):
     """A PEM CA bundle in a Secret of the CR's namespace."""
 
-    name: str = Field(min_length=1, description="Secret name.")
-    key: str = Field(default="ca.crt", min_length=1, description="Key inside the Secret.")
+    name: str = Field(min_length=1, max_length=253, pattern=DNS_SUBDOMAIN, description="Secret name.")
+    key: str = Field(
+        default="ca.crt", min_length=1, max_length=253, pattern=SECRET_KEY, description="Key inside the Secret."
+    )
 
 
 class PrometheusAuth(SpecModel):
@@ -300,7 +350,7 @@ class PrometheusAuth(SpecModel):
         default=None, description="Sent as `Authorization: Bearer <token>`."
     )
     basic_auth_secret_ref: BasicAuthSecretRef | None = Field(default=None, description="HTTP basic auth.")
-    headers: dict[str, str] = Field(
+    headers: dict[str, HeaderValue] = Field(
         default_factory=dict,
         max_length=16,
         description="Extra request headers, e.g. X-Scope-OrgID for a Mimir or Cortex tenant.",
@@ -331,7 +381,14 @@ class AutoscalingSpec(SpecModel):
     warm_replicas: int = Field(
         default=0, description="Started, ready but unregistered replicas, promoted at once on scale-up."
     )
-    prometheus_url: str | None = Field(default=None, alias="prometheusURL")
+    prometheus_url: str | None = Field(
+        default=None,
+        alias="prometheusURL",
+        max_length=2048,
+        pattern=PROMETHEUS_URL,
+        description="This CR's own Prometheus (http or https, no credentials in the URL); used only when the "
+        "operator's settings allow it (--allow-prometheus-url), else the operator's default is.",
+    )
     prometheus_auth: PrometheusAuth = Field(default_factory=PrometheusAuth)
     interval_seconds: int = Field(default=15, description="How often the autoscaler reads metrics and decides.")
     tolerance: float = Field(default=0.1, description="No change while demand is within this fraction of the count.")
@@ -354,18 +411,6 @@ class AutoscalingSpec(SpecModel):
     slo: ServiceLevel = Field(default_factory=ServiceLevel)
 
 
-class ObjectMetaOverrides(SpecModel):
-    labels: dict[str, str] = Field(default_factory=dict)
-    annotations: dict[str, str] = Field(default_factory=dict)
-
-
-class PodTemplateOverrides(SpecModel):
-    """Merged into every worker pod: metadata maps are added; spec keys replace the rendered ones."""
-
-    metadata: ObjectMetaOverrides = Field(default_factory=ObjectMetaOverrides)
-    spec: dict[str, Any] = Field(default_factory=dict)
-
-
 class UpdateStrategy(SpecModel):
     max_surge: int = 1
     max_unavailable: int = 0
@@ -374,7 +419,7 @@ class UpdateStrategy(SpecModel):
 
 class MonitoringSpec(SpecModel):
     pod_monitor: bool = Field(default=False, description="Render a prometheus-operator PodMonitor.")
-    interval: str = "15s"
+    interval: str = Field(default="15s", max_length=16, pattern=r"^[0-9]+(ms|s|m|h)$")
 
 
 class NetworkPolicySpec(SpecModel):

@@ -6,66 +6,54 @@ expression is evaluated with `self` = `.spec` after the API server applied the C
 can be read directly and optional ones are guarded with `has()`.
 """
 
+import difflib
+import re
+import types
 from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, Union, get_args, get_origin
 
-from pydantic import ValidationError
+from pydantic import BaseModel, ValidationError
 
+from ..settings import PodPolicy
+from .limits import UPPER_BOUNDS
+from .rule import FieldError, Rule
 from .spec import EP_SPANNING_BACKENDS, PrometheusAuth, SGLangDeploymentSpec
-
-SpecCheck = Callable[[SGLangDeploymentSpec], bool]
-
-
-@dataclass(frozen=True)
-class FieldError:
-    field: str
-    message: str
-
-    def __str__(self) -> str:
-        return f"{self.field}: {self.message}"
-
-
-@dataclass(frozen=True)
-class Rule:
-    """`holds(spec)` and `cel` must agree; `field` is the dotted path the error points at."""
-
-    field: str
-    message: str
-    cel: str
-    holds: SpecCheck
-
-    @property
-    def field_path(self) -> str:
-        """The CEL `fieldPath`, relative to `.spec` where the rule is attached."""
-        return self.field.removeprefix("spec")
+from .tenant_rules import TENANT_RULES
 
 
 def _at_least(field: str, minimum: int, get: Callable[[SGLangDeploymentSpec], int | float | None], why: str) -> Rule:
+    """`minimum <= value <= UPPER_BOUNDS[field]`: every number a CR gives is bounded, so no spec can make one pass
+    create a million pods or sleep for 2**33 seconds."""
     cel_path, guard = _cel_path(field)
+    maximum = UPPER_BOUNDS[field]
     return Rule(
         field=field,
-        message=f"must be at least {minimum}: {why}",
-        cel=f"{guard}{cel_path} >= {minimum}",
-        holds=lambda s: (value := get(s)) is None or value >= minimum,
+        message=f"must be at least {minimum} and at most {maximum}: {why}",
+        cel=f"{guard}({cel_path} >= {minimum} && {cel_path} <= {maximum})",
+        holds=lambda s: (value := get(s)) is None or minimum <= value <= maximum,
     )
 
 
 def _between(
     field: str, low: float, high: float | None, get: Callable[[SGLangDeploymentSpec], float | None], why: str
 ) -> Rule:
-    """A float bound: low <= value (< high when given); optional fields may be absent."""
+    """A float bound: low <= value and value < high when given, else value <= UPPER_BOUNDS[field]; optional fields
+    may be absent."""
     cel_path, guard = _cel_path(field)
-    upper = f" && {cel_path} < {high:.1f}" if high is not None else ""
+    if high is not None:
+        message, upper = f"must be at least {low:g} and below {high:g}: {why}", f"{cel_path} < {high:.1f}"
+    else:
+        cap = UPPER_BOUNDS[field]
+        message, upper = f"must be at least {low:g} and at most {cap:g}: {why}", f"{cel_path} <= {cap:.1f}"
     return Rule(
         field=field,
-        message=(
-            f"must be at least {low:g} and below {high:g}: {why}"
-            if high is not None
-            else f"must be at least {low:g}: {why}"
+        message=message,
+        cel=f"{guard}({cel_path} >= {low:.1f} && {upper})",
+        holds=lambda s: (
+            (value := get(s)) is None
+            or (low <= value and (value < high if high is not None else value <= UPPER_BOUNDS[field]))
         ),
-        cel=f"{guard}({cel_path} >= {low:.1f}{upper})",
-        holds=lambda s: (value := get(s)) is None or (low <= value and (high is None or value < high)),
     )
 
 
@@ -506,6 +494,7 @@ RULES: tuple[Rule, ...] = (
         cel="!self.router.stickySessions.enabled || size(self.router.stickySessions.headers) > 0",
         holds=lambda s: not s.router.sticky_sessions.enabled or len(s.router.sticky_sessions.headers) > 0,
     ),
+    *TENANT_RULES,
 )
 
 
@@ -513,40 +502,140 @@ def check_rules(spec: SGLangDeploymentSpec) -> list[FieldError]:
     return [FieldError(rule.field, rule.message) for rule in RULES if not rule.holds(spec)]
 
 
-def parse_spec(raw: Any) -> tuple[SGLangDeploymentSpec | None, list[FieldError]]:
-    """Parse and check a raw `.spec`; the spec is returned only when it has no errors at all."""
+def parse_spec(raw: Any, strict: bool = False) -> tuple[SGLangDeploymentSpec | None, list[FieldError]]:
+    """Parse and check a raw `.spec`; the spec is returned only when it has no errors at all.
+
+    `strict` (what `validate` and `render` use, as `kubectl --validate=strict` does) also refuses unknown fields. The
+    operator parses leniently, so an older operator keeps serving a CR written for a newer one; the API server has
+    pruned or refused unknown fields before the operator sees them anyway.
+    """
     if not isinstance(raw, dict):
         return None, [FieldError("spec", "must be an object with at least model.path.")]
+    unknown = unknown_fields(raw) if strict else []
     try:
         spec = SGLangDeploymentSpec.model_validate(raw)
     except ValidationError as exc:
-        return None, [_from_pydantic(err) for err in exc.errors()]
-    errors = check_rules(spec)
+        return None, unknown + [_from_pydantic(err) for err in exc.errors()]
+    errors = unknown + check_rules(spec)
     return (None if errors else spec), errors
 
 
+def check_pod_policy(spec: SGLangDeploymentSpec, policy: PodPolicy) -> list[FieldError]:
+    """What the operator's settings refuse although the schema allows it: a model cache on a node directory outside
+    the paths an admin allowed (`--allow-host-path`). Checked by the operator before it writes anything, and by
+    `validate --allow-host-path`."""
+    cache = spec.model.cache
+    if cache.type == "hostPath" and cache.host_path is not None and not policy.host_path_allowed(cache.host_path):
+        allowed = ", ".join(policy.allowed_host_paths) or "none"
+        return [
+            FieldError(
+                "spec.model.cache.hostPath",
+                f"{cache.host_path} is not under a node directory the operator allows (allowed: {allowed}); use a "
+                "persistentVolumeClaim or emptyDir cache, or ask the cluster admin to allow the path "
+                "(--allow-host-path).",
+            )
+        ]
+    return []
+
+
+def unknown_fields(raw: Any, model: type[BaseModel] = SGLangDeploymentSpec, path: str = "spec") -> list[FieldError]:
+    """Fields of `raw` that `model` does not define, at any depth, each with the closest known name."""
+    if not isinstance(raw, dict):
+        return []
+    known = {field.alias or name: field for name, field in model.model_fields.items()}
+    errors: list[FieldError] = []
+    for key, value in raw.items():
+        field = known.get(key)
+        where = f"{path}.{key}"
+        if field is None:
+            close = difflib.get_close_matches(str(key), list(known), n=1, cutoff=0.6)
+            hint = f"did you mean {close[0]}?" if close else f"known fields: {', '.join(known)}."
+            errors.append(FieldError(where, f"unknown field; {hint}"))
+            continue
+        nested, many = _nested_model(field.annotation)
+        if nested is None:
+            continue
+        if many and isinstance(value, list):
+            for index, item in enumerate(value):
+                errors += unknown_fields(item, nested, f"{where}[{index}]")
+        elif not many:
+            errors += unknown_fields(value, nested, where)
+    return errors
+
+
+def _nested_model(annotation: Any) -> tuple[type[BaseModel] | None, bool]:
+    """(model, is_list) for a field typed `Model`, `Model | None`, `list[Model]` or `list[Model] | None`."""
+    members = [a for a in get_args(annotation) if a is not type(None)] if get_origin(annotation) in _UNIONS else []
+    if len(members) == 1:
+        annotation = members[0]
+    if get_origin(annotation) is list:
+        item = get_args(annotation)[0]
+        return (item, True) if isinstance(item, type) and issubclass(item, BaseModel) else (None, True)
+    if isinstance(annotation, type) and issubclass(annotation, BaseModel):
+        return annotation, False
+    return None, False
+
+
+_UNIONS = (Union, types.UnionType)
+_TYPE_NAMES = {
+    "int_type": "integer",
+    "int_parsing": "integer",
+    "bool_type": "boolean",
+    "string_type": "string",
+    "float_type": "number",
+    "list_type": "array",
+    "dict_type": "object",
+    "model_type": "object",
+}
+
+
 def _from_pydantic(err: Any) -> FieldError:
-    field = ".".join(["spec", *(str(part) for part in err["loc"])])
-    if err["type"] == "missing":
+    """pydantic's error in the API server's words (`must be of type integer`, `may not be more than N
+    characters`, `should match '<pattern>'`), naming the field as the API server does (`args[3]`)."""
+    field = "spec"
+    for part in err["loc"]:
+        field += f"[{part}]" if isinstance(part, int) else f".{part}"
+    kind, ctx = err["type"], err.get("ctx") or {}
+    got = repr(err.get("input"))
+    got = got if len(got) <= 60 else got[:57] + "..."
+    if kind == "missing":
         return FieldError(field, "is required.")
-    return FieldError(field, f"{err['msg']} (got {err.get('input')!r}).")
+    if kind in _TYPE_NAMES:
+        message = f"must be of type {_TYPE_NAMES[kind]}"
+    elif kind == "string_too_long":
+        message = f"may not be more than {ctx.get('max_length')} characters"
+    elif kind == "too_long":
+        message = f"may not have more than {ctx.get('max_length')} items"
+    elif kind == "string_pattern_mismatch":
+        message = f"should match '{ctx.get('pattern')}'"
+    elif kind == "literal_error":
+        message = f"Unsupported value: supported values: {ctx.get('expected')}"
+    elif kind in ("finite_number", "float_parsing"):
+        message = "must be a finite number"
+    else:
+        message = str(err["msg"]).removeprefix("Input ")
+    return FieldError(field, f"{message} (got {got}).")
 
 
 MAX_NAME_LENGTH = 40
+DNS_1035_LABEL = "^[a-z]([-a-z0-9]*[a-z0-9])?$"
 
 
 @dataclass(frozen=True)
 class NameRule:
-    """Child names are `<name>-<revision>-<replica>-<rank>` and must stay valid 63-character DNS labels."""
+    """Child names are `<name>-<revision>-<replica>-<rank>` and Service names, so the CR's name must be a DNS-1035
+    label (a Service name's syntax) short enough for the suffixes to fit a 63-character label."""
 
-    cel: str = f"size(self.metadata.name) <= {MAX_NAME_LENGTH}"
+    cel: str = f"size(self.metadata.name) <= {MAX_NAME_LENGTH} && self.metadata.name.matches('{DNS_1035_LABEL}')"
     message: str = (
-        f"metadata.name must be at most {MAX_NAME_LENGTH} characters: pod and Service names are derived from it "
-        "and must fit a 63-character DNS label; choose a shorter name."
+        f"metadata.name must be a DNS-1035 label of at most {MAX_NAME_LENGTH} characters (lower-case letters, "
+        "digits and '-', starting with a letter, ending with a letter or digit): pod and Service names are derived "
+        "from it; choose such a name."
     )
 
     def check(self, name: str) -> list[FieldError]:
-        return [] if len(name) <= MAX_NAME_LENGTH else [FieldError("metadata.name", self.message)]
+        valid = len(name) <= MAX_NAME_LENGTH and re.fullmatch(DNS_1035_LABEL, name) is not None
+        return [] if valid else [FieldError("metadata.name", self.message)]
 
 
 NAME_RULE = NameRule()

@@ -1,4 +1,5 @@
-"""Merge the user's `template.spec` into a rendered pod spec.
+"""Merge the user's typed `template.spec` (api/podtemplate.py: placement and safe additions only) into a rendered
+pod spec.
 
 Top-level keys (nodeSelector, tolerations, affinity, priorityClassName, ...) replace the rendered value.
 `containers`, `initContainers` and `volumes` merge by name, like a strategic merge patch: a container named
@@ -6,6 +7,8 @@ Top-level keys (nodeSelector, tolerations, affinity, priorityClassName, ...) rep
 """
 
 from typing import Any
+
+from ..api.podtemplate import PodSpecOverrides
 
 _MERGED_BY_NAME = ("containers", "initContainers", "volumes")
 _APPENDED_CONTAINER_LISTS = ("env", "volumeMounts", "ports", "envFrom")
@@ -37,9 +40,11 @@ def _merge_named(base: list[dict[str, Any]], override: list[dict[str, Any]], nes
     return result + list(by_name.values())
 
 
-def merge_pod_spec(rendered: dict[str, Any], override: dict[str, Any]) -> dict[str, Any]:
+def merge_pod_spec(rendered: dict[str, Any], overrides: PodSpecOverrides) -> dict[str, Any]:
+    """Only the fields the typed template defines can reach the pod, whatever the CR held: the API server prunes
+    (or refuses) the rest, and the operator never reads it."""
     merged = dict(rendered)
-    for key, value in override.items():
+    for key, value in overrides.model_dump(by_alias=True, exclude_none=True).items():
         if key in _MERGED_BY_NAME and isinstance(value, list):
             merged[key] = _merge_named(rendered.get(key, []), value, nested=key != "volumes")
         else:

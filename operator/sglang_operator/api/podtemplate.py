@@ -1,0 +1,181 @@
+"""`spec.template`: what a tenant may add to the worker pods, as typed models, so that nothing else can be.
+
+The operator creates pods with its own service account; a free-form pod spec in a CR would let whoever may create
+an SGLangDeployment run privileged pods, mount node directories or borrow another service account. So the template
+carries only placement (node selector, affinity, tolerations, spread, priority, scheduler, runtime class, image
+pull secrets) and safe additions: volumes of non-host types, env from Secrets and ConfigMaps of the namespace, and
+sidecar containers, which the renderer hardens like the main one. Any other field is unknown: `validate` and the
+API server (strict field validation) refuse it, and at run time the operator never reads it. Admins widen this in
+the operator's settings, never tenants in a CR.
+"""
+
+from typing import Annotated, Any, Literal
+
+from pydantic import Field
+
+from .base import SpecModel
+
+DNS_LABEL = r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?$"
+DNS_SUBDOMAIN = r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*$"
+ENV_NAME = r"^[-._a-zA-Z][-._a-zA-Z0-9]*$"
+QUANTITY = r"^[+]?([0-9]+(\.[0-9]*)?|\.[0-9]+)([eE][-+]?[0-9]+|[numkMGTPE]|[KMGTPE]i)?$"
+ABSOLUTE_PATH = r"^/[^\x00-\x1f\x7f]*$"
+
+ObjectName = Annotated[str, Field(min_length=1, max_length=253, pattern=DNS_SUBDOMAIN)]
+VolumeName = Annotated[str, Field(min_length=1, max_length=63, pattern=DNS_LABEL)]
+Quantity = Annotated[str, Field(min_length=1, max_length=64, pattern=QUANTITY)]
+Text = Annotated[str, Field(max_length=4096)]
+
+
+class LocalObjectReference(SpecModel):
+    name: ObjectName
+
+
+class KeySelector(SpecModel):
+    """A key of a Secret or ConfigMap in the CR's namespace."""
+
+    name: ObjectName
+    key: str = Field(min_length=1, max_length=253)
+    optional: bool | None = None
+
+
+class ObjectFieldSelector(SpecModel):
+    field_path: str = Field(min_length=1, max_length=256)
+    api_version: str | None = Field(default=None, max_length=64)
+
+
+class ResourceFieldSelector(SpecModel):
+    resource: str = Field(min_length=1, max_length=253)
+    container_name: str | None = Field(default=None, max_length=63)
+    divisor: Quantity | None = None
+
+
+class EnvVarSource(SpecModel):
+    secret_key_ref: KeySelector | None = None
+    config_map_key_ref: KeySelector | None = None
+    field_ref: ObjectFieldSelector | None = None
+    resource_field_ref: ResourceFieldSelector | None = None
+
+
+class EnvVar(SpecModel):
+    """A container env var: a literal value, or a value from a Secret, ConfigMap or the pod's own fields."""
+
+    name: str = Field(min_length=1, max_length=253, pattern=ENV_NAME)
+    value: str | None = Field(default=None, max_length=32768)
+    value_from: EnvVarSource | None = None
+
+
+class EnvFromSource(SpecModel):
+    prefix: str | None = Field(default=None, max_length=253)
+    config_map_ref: KeySelector | None = None
+    secret_ref: KeySelector | None = None
+
+
+class VolumeMount(SpecModel):
+    name: VolumeName
+    mount_path: str = Field(min_length=1, max_length=512, pattern=ABSOLUTE_PATH)
+    read_only: bool | None = None
+    sub_path: str | None = Field(default=None, max_length=512)
+
+
+class ResourceRequirements(SpecModel):
+    requests: dict[str, Quantity] = Field(default_factory=dict, max_length=16)
+    limits: dict[str, Quantity] = Field(default_factory=dict, max_length=16)
+
+
+class ContainerPort(SpecModel):
+    """No hostPort: a pod binding node ports is not a GPU fleet's business."""
+
+    name: str | None = Field(default=None, max_length=15, pattern=DNS_LABEL)
+    container_port: int = Field(ge=1, le=65535)
+    protocol: Literal["TCP", "UDP", "SCTP"] = "TCP"
+
+
+class Container(SpecModel):
+    """A sidecar (any name but `sglang`), or additions to the `sglang` container: only env, envFrom, volumeMounts
+    and resources may be given for that one (its image and command come from the engine section)."""
+
+    name: str = Field(min_length=1, max_length=63, pattern=DNS_LABEL)
+    image: str | None = Field(default=None, max_length=512, pattern=r"^\S+$")
+    command: list[Text] | None = Field(default=None, max_length=64)
+    args: list[Text] | None = Field(default=None, max_length=64)
+    working_dir: str | None = Field(default=None, max_length=512, pattern=ABSOLUTE_PATH)
+    env: list[EnvVar] | None = Field(default=None, max_length=64)
+    env_from: list[EnvFromSource] | None = Field(default=None, max_length=16)
+    volume_mounts: list[VolumeMount] | None = Field(default=None, max_length=32)
+    resources: ResourceRequirements | None = None
+    ports: list[ContainerPort] | None = Field(default=None, max_length=16)
+
+
+class ProjectedSource(SpecModel):
+    """No serviceAccountToken source: a tenant's pod gets no token of the namespace's service accounts."""
+
+    secret: dict[str, Any] | None = None
+    config_map: dict[str, Any] | None = None
+    downward_api: dict[str, Any] | None = Field(default=None, alias="downwardAPI")
+
+
+class ProjectedVolume(SpecModel):
+    sources: list[ProjectedSource] = Field(default_factory=list, max_length=16)
+    default_mode: int | None = Field(default=None, ge=0, le=511)
+
+
+class Volume(SpecModel):
+    """A volume of a non-host type. hostPath, and every type that reaches the node or the network directly
+    (nfs, iscsi, csi, flexVolume, ...) is absent on purpose, and so is `ephemeral`, which would create a
+    PersistentVolumeClaim the tenant may not be allowed to create: a node directory for weights is `model.cache`, and
+    only where the operator's settings allow its path."""
+
+    name: VolumeName
+    config_map: dict[str, Any] | None = None
+    secret: dict[str, Any] | None = None
+    empty_dir: dict[str, Any] | None = None
+    persistent_volume_claim: dict[str, Any] | None = None
+    downward_api: dict[str, Any] | None = Field(default=None, alias="downwardAPI")
+    projected: ProjectedVolume | None = None
+
+
+class Toleration(SpecModel):
+    key: str | None = Field(default=None, max_length=316)
+    operator: Literal["Exists", "Equal"] | None = None
+    value: str | None = Field(default=None, max_length=63)
+    effect: Literal["NoSchedule", "PreferNoSchedule", "NoExecute"] | None = None
+    toleration_seconds: int | None = Field(default=None, ge=0, le=31536000)
+
+
+class PodSpecOverrides(SpecModel):
+    """Placement and safe additions merged into every worker pod: maps and scalars replace the rendered value,
+    `containers`, `initContainers` and `volumes` merge by name."""
+
+    node_selector: dict[str, Annotated[str, Field(max_length=63)]] | None = Field(default=None, max_length=64)
+    affinity: dict[str, Any] | None = None
+    tolerations: list[Toleration] | None = Field(default=None, max_length=64)
+    topology_spread_constraints: list[dict[str, Any]] | None = Field(default=None, max_length=16)
+    priority_class_name: str | None = Field(default=None, max_length=253, pattern=DNS_SUBDOMAIN)
+    scheduler_name: str | None = Field(default=None, max_length=253, pattern=DNS_SUBDOMAIN)
+    runtime_class_name: str | None = Field(default=None, max_length=253, pattern=DNS_SUBDOMAIN)
+    image_pull_secrets: list[LocalObjectReference] | None = Field(default=None, max_length=16)
+    volumes: list[Volume] | None = Field(default=None, max_length=32)
+    containers: list[Container] | None = Field(default=None, max_length=8)
+    init_containers: list[Container] | None = Field(default=None, max_length=4)
+
+
+LABEL_KEY = (
+    r"^([a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*/)?"
+    r"[A-Za-z0-9]([-A-Za-z0-9_.]{0,61}[A-Za-z0-9])?$"
+)
+LABEL_VALUE = r"^(([A-Za-z0-9][-A-Za-z0-9_.]{0,61})?[A-Za-z0-9])?$"
+
+
+class ObjectMetaOverrides(SpecModel):
+    labels: dict[str, Annotated[str, Field(max_length=63, pattern=LABEL_VALUE)]] = Field(
+        default_factory=dict, max_length=64
+    )
+    annotations: dict[str, Annotated[str, Field(max_length=8192)]] = Field(default_factory=dict, max_length=64)
+
+
+class PodTemplateOverrides(SpecModel):
+    """Merged into every worker pod: metadata maps are added (the operator's own keys win); see PodSpecOverrides."""
+
+    metadata: ObjectMetaOverrides = Field(default_factory=ObjectMetaOverrides)
+    spec: PodSpecOverrides = Field(default_factory=PodSpecOverrides)

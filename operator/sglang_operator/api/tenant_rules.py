@@ -1,0 +1,156 @@
+"""Rules that keep a tenant's CR inside its fleet: owned flags, env names, keys, volumes and container fields.
+
+Each is a `Rule` with its Python check and CEL twin, part of `validation.RULES`, so `validate` and the API server
+refuse the same specs with the same message. The typed template (`podtemplate`) already leaves out every pod field
+that could escalate (privilege, host namespaces, hostPath, service accounts); these rules cover what types cannot
+say: which names inside a free-form list belong to the operator.
+"""
+
+import re
+from collections.abc import Callable, Iterable
+
+from .podtemplate import LABEL_KEY, Container, Volume
+from .reserved import (
+    ENGINE_ENV,
+    ENGINE_FLAGS,
+    MAIN_CONTAINER,
+    MAIN_CONTAINER_FIELDS,
+    RESERVED_KEY_PREFIX,
+    RESERVED_VOLUMES,
+    ROUTER_FLAGS,
+    describe,
+    owned_flag,
+    owned_flag_cel,
+)
+from .rule import Rule
+from .spec import SGLangDeploymentSpec
+
+_TEMPLATE = "self.template.spec"
+_CONTAINERS = f"{_TEMPLATE}.containers"
+
+
+def _flags_rule(field: str, owned: dict[str, str], args: Callable[[SGLangDeploymentSpec], list[str]]) -> Rule:
+    return Rule(
+        field=field,
+        message=f"must not contain flags the operator sets; where each comes from: {describe(owned)}. Set that "
+        "field instead.",
+        cel=owned_flag_cel("self" + field.removeprefix("spec"), owned),
+        holds=lambda s: all(owned_flag(arg, owned) is None for arg in args(s)),
+    )
+
+
+def _main_container(spec: SGLangDeploymentSpec) -> Container | None:
+    return next((c for c in spec.template.spec.containers or [] if c.name == MAIN_CONTAINER), None)
+
+
+def _env_names(spec: SGLangDeploymentSpec) -> Iterable[str]:
+    main = _main_container(spec)
+    extra = (main.env or []) if main is not None else []
+    return [var.name for var in [*spec.engine.env, *extra]]
+
+
+def _volume_sources(volume: Volume) -> int:
+    return sum(value is not None for name, value in volume if name != "name")
+
+
+_ENV_LIST = ", ".join(f"'{name}'" for name in ENGINE_ENV)
+_VOLUME_SOURCES = ("configMap", "secret", "emptyDir", "persistentVolumeClaim", "downwardAPI", "projected")
+_MAIN_ONLY = [f for f in ("image", "command", "args", "workingDir", "ports") if f not in MAIN_CONTAINER_FIELDS]
+_GPU_IN = "self.resources.gpuResourceName in c.resources.{kind}"
+
+TENANT_RULES: tuple[Rule, ...] = (
+    _flags_rule("spec.engine.args", ENGINE_FLAGS, lambda s: s.engine.args),
+    _flags_rule("spec.router.args", ROUTER_FLAGS, lambda s: s.router.args),
+    Rule(
+        field="spec.engine.env",
+        message="must not set env the operator sets; where each comes from: "
+        + "; ".join(f"{name}: {field}" for name, field in ENGINE_ENV.items())
+        + ". Use that field (a token belongs in a Secret, never in a plain value).",
+        cel=f"self.engine.env.all(e, !(e.name in [{_ENV_LIST}])) && (!has({_CONTAINERS}) || "
+        f"{_CONTAINERS}.all(c, c.name != '{MAIN_CONTAINER}' || !has(c.env) || "
+        f"c.env.all(e, !(e.name in [{_ENV_LIST}]))))",
+        holds=lambda s: not any(name in ENGINE_ENV for name in _env_names(s)),
+    ),
+    Rule(
+        field="spec.template.metadata",
+        message=f"labels and annotations must not use the operator's prefix {RESERVED_KEY_PREFIX} (it keeps replica "
+        "and drain state there), and label keys must be valid Kubernetes label keys (prefix/name, name at most 63 "
+        "characters of letters, digits, '-', '_' and '.').",
+        cel=f"self.template.metadata.labels.all(k, !k.startsWith('{RESERVED_KEY_PREFIX}') && k.matches(r'{LABEL_KEY}'))"
+        f" && self.template.metadata.annotations.all(k, !k.startsWith('{RESERVED_KEY_PREFIX}') && "
+        f"k.matches(r'{LABEL_KEY}'))",
+        holds=lambda s: all(
+            not key.startswith(RESERVED_KEY_PREFIX) and _is_label_key(key)
+            for key in [*s.template.metadata.labels, *s.template.metadata.annotations]
+        ),
+    ),
+    Rule(
+        field="spec.template.spec.containers",
+        message=f"the '{MAIN_CONTAINER}' entry may only add {', '.join(MAIN_CONTAINER_FIELDS[1:])} (its image, "
+        "command and ports come from engine and model); any other entry is a sidecar and needs an image.",
+        cel=f"!has({_CONTAINERS}) || {_CONTAINERS}.all(c, c.name == '{MAIN_CONTAINER}' ? "
+        + "("
+        + " && ".join(f"!has(c.{f})" for f in _MAIN_ONLY)
+        + ")"
+        + " : has(c.image))",
+        holds=lambda s: all(
+            all(getattr(c, _snake(f)) is None for f in _MAIN_ONLY) if c.name == MAIN_CONTAINER else c.image is not None
+            for c in s.template.spec.containers or []
+        ),
+    ),
+    Rule(
+        field="spec.template.spec.containers",
+        message="must not request the GPU resource (resources.gpuResourceName): GPUs per pod follow from parallelism, "
+        "and the GPU budget counts only those.",
+        cel=f"!has({_CONTAINERS}) || {_CONTAINERS}.all(c, !has(c.resources) || "
+        f"!({_GPU_IN.format(kind='requests')} || {_GPU_IN.format(kind='limits')}))",
+        holds=lambda s: all(
+            c.resources is None or s.resources.gpu_resource_name not in {**c.resources.requests, **c.resources.limits}
+            for c in s.template.spec.containers or []
+        ),
+    ),
+    Rule(
+        field="spec.template.spec.initContainers",
+        message="each init container needs an image and must not request the GPU resource.",
+        cel=f"!has({_TEMPLATE}.initContainers) || {_TEMPLATE}.initContainers.all(c, has(c.image) && "
+        f"(!has(c.resources) || !({_GPU_IN.format(kind='requests')} || {_GPU_IN.format(kind='limits')})))",
+        holds=lambda s: all(
+            c.image is not None
+            and (
+                c.resources is None
+                or s.resources.gpu_resource_name not in {**c.resources.requests, **c.resources.limits}
+            )
+            for c in s.template.spec.init_containers or []
+        ),
+    ),
+    Rule(
+        field="spec.template.spec.volumes",
+        message=f"each volume needs exactly one source ({', '.join(_VOLUME_SOURCES)}), and the names "
+        f"{', '.join(RESERVED_VOLUMES)} are the operator's (shared memory, model.cache).",
+        cel=f"!has({_TEMPLATE}.volumes) || {_TEMPLATE}.volumes.all(v, !(v.name in "
+        f"[{', '.join(repr(n) for n in RESERVED_VOLUMES)}]) && "
+        f"[{', '.join(f'has(v.{src})' for src in _VOLUME_SOURCES)}].filter(x, x).size() == 1)",
+        holds=lambda s: all(
+            v.name not in RESERVED_VOLUMES and _volume_sources(v) == 1 for v in s.template.spec.volumes or []
+        ),
+    ),
+    Rule(
+        field="spec.autoscaling.prometheusAuth.headers",
+        message="header names must be HTTP tokens (letters, digits and '-').",
+        cel="!has(self.autoscaling.prometheusAuth) || !has(self.autoscaling.prometheusAuth.headers) || "
+        "self.autoscaling.prometheusAuth.headers.all(h, h.matches('^[A-Za-z0-9-]+$'))",
+        holds=lambda s: all(_is_token(h) for h in s.autoscaling.prometheus_auth.headers),
+    ),
+)
+
+
+def _snake(camel: str) -> str:
+    return "".join(f"_{ch.lower()}" if ch.isupper() else ch for ch in camel)
+
+
+def _is_token(name: str) -> bool:
+    return bool(name) and all(ch.isascii() and (ch.isalnum() or ch == "-") for ch in name)
+
+
+def _is_label_key(key: str) -> bool:
+    return re.fullmatch(LABEL_KEY, key) is not None and len(key.partition("/")[0]) <= 253
