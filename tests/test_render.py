@@ -1,4 +1,5 @@
 """Rendered children: golden files per example, schema validity, labels, probes and overrides.
+Pod security and the NetworkPolicy: tests/render/.
 
 Regenerate the golden files after an intended change with `UPDATE_GOLDEN=1 pytest tests/test_render.py`.
 """
@@ -114,6 +115,20 @@ def test_router_command_has_policy_metrics_and_no_discovery() -> None:
     assert command[command.index("--api-key") + 1] == "$(SMG_API_KEY)"
     assert not any("discovery" in arg for arg in command)
     assert container["env"][0]["valueFrom"]["secretKeyRef"] == {"name": "router-key", "key": "token"}
+
+
+def test_smg_takes_the_api_key_only_on_its_command_line() -> None:
+    """Why `--api-key $(SMG_API_KEY)` stays in argv: the pinned smg reads the key from no variable and no file.
+    When a release adds either, this fails: render that instead (render/router.py) and drop the key from argv."""
+    import argparse
+
+    from smg.router_args import RouterArgs
+
+    parser = argparse.ArgumentParser()
+    RouterArgs.add_cli_args(parser, use_router_prefix=False)
+    options = {option: action for action in parser._actions for option in action.option_strings}
+    assert options["--api-key"].default is None and parser.fromfile_prefix_chars is None
+    assert not [o for o in options if "api-key" in o and ("file" in o or "env" in o or "path" in o)]
 
 
 def test_router_disabled_renders_no_router() -> None:

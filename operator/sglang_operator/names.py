@@ -26,3 +26,9 @@ def dist_init_host(deployment: str, namespace: str, revision: str, replica: int)
 
 def router_endpoint(deployment: str, namespace: str, port: int) -> str:
     return f"http://{router(deployment)}.{namespace}.svc:{port}"
+
+
+def network_policy(deployment: str) -> str:
+    """The NetworkPolicy that admits only the fleet's routers, its other workers, the operator and Prometheus to
+    its worker pods (named like the workers' Service: another kind, so no clash)."""
+    return f"{deployment}-workers"

@@ -1,16 +1,26 @@
-"""Pure rendering: (spec, owner, replica set) -> the Kubernetes objects the operator wants to exist."""
+"""Pure rendering: (spec, owner, replica set, operator settings) -> the Kubernetes objects the operator wants."""
 
 from typing import Any
 
 from ..api.spec import SGLangDeploymentSpec
+from ..settings import OperatorSettings
 from .meta import Owner
 from .monitoring import pod_monitor
+from .network import workers_network_policy
+from .podsecurity import harden_pod_spec
 from .router import router_deployment, router_service
 from .workers import replica_pods, revision_hash, workers_service
 
 
-def shared_children(spec: SGLangDeploymentSpec, owner: Owner) -> list[dict[str, Any]]:
-    """Everything but the worker pods, whose set the reconciler chooses replica by replica."""
+def shared_children(
+    spec: SGLangDeploymentSpec, owner: Owner, settings: OperatorSettings | None = None
+) -> list[dict[str, Any]]:
+    """Everything but the worker pods, whose set the reconciler chooses replica by replica.
+
+    `settings` are the operator's own (the NetworkPolicy's peers); None means the defaults, which admit no peer
+    outside the fleet.
+    """
+    settings = settings if settings is not None else OperatorSettings()
     children: list[dict[str, Any]] = []
     if spec.parallelism.nnodes > 1:
         children.append(workers_service(spec, owner))
@@ -18,14 +28,18 @@ def shared_children(spec: SGLangDeploymentSpec, owner: Owner) -> list[dict[str, 
         children += [router_deployment(spec, owner), router_service(spec, owner)]
     if spec.monitoring.pod_monitor:
         children.append(pod_monitor(spec, owner))
+    if spec.network_policy.enabled:
+        children.append(workers_network_policy(spec, owner, settings.network))
     return children
 
 
-def render_all(spec: SGLangDeploymentSpec, owner: Owner) -> list[dict[str, Any]]:
+def render_all(
+    spec: SGLangDeploymentSpec, owner: Owner, settings: OperatorSettings | None = None
+) -> list[dict[str, Any]]:
     """The steady state of a fresh deployment: replicas 0..N-1 at the current revision, then shared children."""
     revision = revision_hash(spec)
     pods = [pod for replica in range(spec.replicas) for pod in replica_pods(spec, owner, revision, replica)]
-    return pods + shared_children(spec, owner)
+    return pods + shared_children(spec, owner, settings)
 
 
-__all__ = ["Owner", "render_all", "replica_pods", "revision_hash", "shared_children"]
+__all__ = ["Owner", "harden_pod_spec", "render_all", "replica_pods", "revision_hash", "shared_children"]

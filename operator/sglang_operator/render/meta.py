@@ -1,5 +1,6 @@
 """Labels, selectors and owner references shared by every rendered child."""
 
+from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
@@ -8,6 +9,7 @@ from ..api.constants import (
     ANNOTATION_SCRAPE_PATH,
     ANNOTATION_SCRAPE_PORT,
     API_VERSION,
+    GROUP,
     KIND,
     LABEL_APP_COMPONENT,
     LABEL_APP_INSTANCE,
@@ -67,6 +69,22 @@ def object_meta(
     if annotations:
         meta["annotations"] = annotations
     return meta
+
+
+RESERVED_PREFIX = f"{GROUP}/"
+"""Label and annotation keys under the operator's own prefix carry its state (`sglang.ai/draining-since`,
+`sglang.ai/warm`, `sglang.ai/replica-nodes`, the selector labels): only the operator writes them."""
+
+
+def with_operator_keys(tenant: Mapping[str, str], operator: Mapping[str, str]) -> dict[str, str]:
+    """The tenant's labels or annotations (from `template.metadata`) merged under the operator's own.
+
+    The operator's keys always win, and tenant keys under `sglang.ai/` are dropped even where the operator sets no
+    such key on this object: a template annotation `sglang.ai/draining-since` would otherwise mark every new pod as
+    draining. Validation refuses such keys too; rendering does not rely on it.
+    """
+    kept = {key: value for key, value in tenant.items() if not key.startswith(RESERVED_PREFIX)}
+    return {**kept, **operator}
 
 
 def scrape_annotations(port: int, path: str = "/metrics") -> dict[str, str]:

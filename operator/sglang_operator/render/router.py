@@ -2,7 +2,8 @@
 
 No `--service-discovery`: the operator is the only source of membership and registers workers through the
 router's REST API. Health checks are frequent so a dead worker leaves rotation within seconds even before the
-operator deregisters it.
+operator deregisters it. The pod meets Pod Security "restricted": a fixed non-root user, read-only root, no
+capabilities, seccomp RuntimeDefault, no service-account token (membership comes from the operator, not the API).
 """
 
 from typing import Any
@@ -11,9 +12,12 @@ from .. import names
 from ..api.constants import COMPONENT_ROUTER
 from ..api.spec import SGLangDeploymentSpec
 from .meta import Owner, child_labels, object_meta, scrape_annotations, selector_labels
+from .podsecurity import harden_pod_spec, router_container_security_context, router_pod_security_context
 
 CONTAINER_NAME = "smg"
 API_KEY_ENV = "SMG_API_KEY"
+TMP_VOLUME = "tmp"
+TMP_SIZE_LIMIT = "64Mi"
 
 
 def router_command(spec: SGLangDeploymentSpec) -> list[str]:
@@ -34,6 +38,12 @@ def router_command(spec: SGLangDeploymentSpec) -> list[str]:
     if router.sticky_sessions.enabled:
         command += ["--sticky-sessions", "--routing-key-headers", *router.sticky_sessions.headers]
     if router.api_key_secret_ref is not None:
+        # smg 1.13.0 takes the key only as `--api-key VALUE`: its launcher (smg/router_args.py, `auth_group.
+        # add_argument(f"--{prefix}api-key", type=str, default=None, ...)`) has no environment fallback and no
+        # file flag, the parser sets no `fromfile_prefix_chars`, and the Rust core reads no SMG_*API_KEY variable.
+        # So the key comes from the Secret as an env var and the kubelet expands `$(SMG_API_KEY)` into argv: it is
+        # not in the stored pod spec, but it is in the process's command line (`ps`, /proc/<pid>/cmdline on the
+        # node) and in the container runtime's config. Move it to an env var or file flag when smg offers one.
         command += ["--api-key", f"$({API_KEY_ENV})"]
     return command + list(router.args)
 
@@ -61,6 +71,16 @@ def router_deployment(spec: SGLangDeploymentSpec, owner: Owner) -> dict[str, Any
     }  # fmt: skip
     if env:
         container["env"] = env
+    container["securityContext"] = router_container_security_context()
+    # The root filesystem is read-only; smg logs to stdout (no --log-dir) and gets a small writable /tmp for
+    # anything a library puts there.
+    container["volumeMounts"] = [{"name": TMP_VOLUME, "mountPath": "/tmp"}]
+    pod_spec: dict[str, Any] = {
+        "containers": [container],
+        "terminationGracePeriodSeconds": 30,
+        "securityContext": router_pod_security_context(),
+        "volumes": [{"name": TMP_VOLUME, "emptyDir": {"sizeLimit": TMP_SIZE_LIMIT}}],
+    }
     return {
         "apiVersion": "apps/v1",
         "kind": "Deployment",
@@ -70,7 +90,7 @@ def router_deployment(spec: SGLangDeploymentSpec, owner: Owner) -> dict[str, Any
             "selector": {"matchLabels": selector_labels(owner, COMPONENT_ROUTER)},
             "template": {
                 "metadata": {"labels": labels, "annotations": scrape_annotations(router.metrics_port)},
-                "spec": {"containers": [container], "terminationGracePeriodSeconds": 30},
+                "spec": harden_pod_spec(pod_spec),
             },
         },
     }

@@ -3,7 +3,8 @@
 Pure: every input is an argument. The pod runs the real `python3 -m sglang.launch_server` command from
 `topology.launch_args`, asks for GPUs with requests = limits, mounts /dev/shm as memory for NCCL, keeps weights in a
 cache volume, and probes the server in a way that survives minutes of weight loading and a /health that itself
-runs a one-token generation (~1 s).
+runs a one-token generation (~1 s). Every pod leaves through `harden_pod_spec` (Pod Security "baseline", see
+`podsecurity`), and the operator's own labels and annotations win over the template's.
 """
 
 import hashlib
@@ -23,8 +24,9 @@ from ..api.constants import (
 )
 from ..api.spec import SGLangDeploymentSpec
 from ..topology import launch_args, readiness_path, topology
-from .meta import Owner, child_labels, object_meta, scrape_annotations
+from .meta import Owner, child_labels, object_meta, scrape_annotations, with_operator_keys
 from .overrides import merge_pod_spec
+from .podsecurity import harden_pod_spec
 
 CONTAINER_NAME = "sglang"
 PROBE_PERIOD_SECONDS = 10
@@ -89,13 +91,26 @@ def _volumes(spec: SGLangDeploymentSpec) -> list[dict[str, Any]]:
     if cache.type == "persistentVolumeClaim":
         cache_volume["persistentVolumeClaim"] = {"claimName": cache.claim_name, "readOnly": cache.read_only}
     elif cache.type == "hostPath":
-        cache_volume["hostPath"] = {"path": cache.host_path, "type": "DirectoryOrCreate"}
+        # `Directory`: the node directory must already exist (an admin put the weights there); never created, so
+        # a CR cannot make the kubelet create directories on a node. Mounted read-only (`_volume_mounts`).
+        cache_volume["hostPath"] = {"path": cache.host_path, "type": "Directory"}
     else:
         cache_volume["emptyDir"] = {"sizeLimit": cache.size_limit} if cache.size_limit else {}
     return [
         {"name": "dshm", "emptyDir": {"medium": "Memory", "sizeLimit": spec.resources.shared_memory}},
         cache_volume,
     ]
+
+
+def _volume_mounts(spec: SGLangDeploymentSpec) -> list[dict[str, Any]]:
+    """/dev/shm, and the model cache: read-only when it is a node directory (other pods and tenants share it, so
+    no pod may write into it) or a claim declared read-only. A read-only HF_HOME needs the weights already there;
+    set `HF_HUB_OFFLINE=1` in `engine.env` so the hub client does not try to write lock files."""
+    cache = spec.model.cache
+    cache_mount: dict[str, Any] = {"name": "model-cache", "mountPath": cache.mount_path}
+    if cache.type == "hostPath" or (cache.type == "persistentVolumeClaim" and cache.read_only):
+        cache_mount["readOnly"] = True
+    return [{"name": "dshm", "mountPath": "/dev/shm"}, cache_mount]
 
 
 def _probes(spec: SGLangDeploymentSpec, rank: int) -> dict[str, Any]:
@@ -126,12 +141,11 @@ def worker_pod(spec: SGLangDeploymentSpec, owner: Owner, revision: str, replica:
     multi_node = spec.parallelism.nnodes > 1
     pod_name = names.worker_pod(owner.name, revision, replica, rank)
     dist_host = names.dist_init_host(owner.name, owner.namespace, revision, replica) if multi_node else None
-    labels = {**spec.template.metadata.labels, **worker_labels(owner, revision, replica, rank)}
-    annotations = {
-        **scrape_annotations(spec.engine.port),
-        ANNOTATION_REPLICA_NODES: str(spec.parallelism.nnodes),
-        **spec.template.metadata.annotations,
-    }
+    labels = with_operator_keys(spec.template.metadata.labels, worker_labels(owner, revision, replica, rank))
+    annotations = with_operator_keys(
+        spec.template.metadata.annotations,
+        {**scrape_annotations(spec.engine.port), ANNOTATION_REPLICA_NODES: str(spec.parallelism.nnodes)},
+    )
     container = {
         "name": CONTAINER_NAME,
         "image": spec.engine.image,
@@ -140,10 +154,7 @@ def worker_pod(spec: SGLangDeploymentSpec, owner: Owner, revision: str, replica:
         + ([{"name": "dist", "containerPort": DIST_INIT_PORT, "protocol": "TCP"}] if multi_node else []),
         "env": _env(spec),
         "resources": _resources(spec),
-        "volumeMounts": [
-            {"name": "dshm", "mountPath": "/dev/shm"},
-            {"name": "model-cache", "mountPath": spec.model.cache.mount_path},
-        ],
+        "volumeMounts": _volume_mounts(spec),
         **_probes(spec, rank),
     }
     pod_spec: dict[str, Any] = {
@@ -160,7 +171,8 @@ def worker_pod(spec: SGLangDeploymentSpec, owner: Owner, revision: str, replica:
         "apiVersion": "v1",
         "kind": "Pod",
         "metadata": object_meta(owner, pod_name, labels, annotations),
-        "spec": merge_pod_spec(pod_spec, spec.template.spec),
+        # Hardened after the merge, so whatever the template adds (sidecars, init containers) is covered too.
+        "spec": harden_pod_spec(merge_pod_spec(pod_spec, spec.template.spec)),
     }
 
 
