@@ -23,13 +23,14 @@ import time
 from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass, field
-from typing import Any, Protocol
+from typing import Any
 from urllib.parse import urlsplit
 
 import requests
 from requests.adapters import HTTPAdapter
 from urllib3.connection import HTTPConnection, HTTPSConnection
 from urllib3.connectionpool import HTTPConnectionPool, HTTPSConnectionPool
+from urllib3.exceptions import NewConnectionError
 
 MAX_BODY_BYTES = 1 << 20
 """Nothing the operator reads (a worker list, a load report, a PromQL answer) comes near this."""
@@ -38,7 +39,11 @@ _CHUNK_BYTES = 64 * 1024
 
 
 class CallFailed(requests.RequestException):
-    """A bounded call that failed; its message is safe to show in status (no response content)."""
+    """A bounded call that failed; its message is safe to show in status (no response content).
+
+    `not_connected`: no connection could be opened (refused, no route): the server got nothing of the request."""
+
+    not_connected: bool = False
 
 
 @dataclass
@@ -154,12 +159,8 @@ def _guarded(deadline: float) -> Iterator[_Guard]:
         _current.guard = previous
 
 
-class Requester(Protocol):
-    def request(self, method: str, url: str, **kwargs: Any) -> requests.Response: ...
-
-
 def bounded_request(
-    session: Requester,
+    session: "requests.Session | _Unbounded",
     method: str,
     url: str,
     *,
@@ -185,7 +186,9 @@ def bounded_request(
         except requests.RequestException as exc:
             if guard.expired:
                 raise CallFailed(f"{what}: no answer within {deadline_seconds:g}s") from exc
-            raise CallFailed(f"{what}: {_reason(exc)}") from exc
+            failure = CallFailed(f"{what}: {_reason(exc)}")
+            failure.not_connected = _not_connected(exc)
+            raise failure from exc
         try:
             body = bytearray()
             while True:
@@ -215,6 +218,12 @@ def bounded_request(
     return response
 
 
+def _not_connected(exc: requests.RequestException) -> bool:
+    """requests wraps a failed connect as ConnectionError(MaxRetryError(reason=NewConnectionError))."""
+    inner = exc.args[0] if exc.args else None
+    return isinstance(exc, requests.ConnectionError) and isinstance(getattr(inner, "reason", None), NewConnectionError)
+
+
 def _reason(exc: requests.RequestException) -> str:
     """Why a request failed, in our words: the exception's text can quote a proxy's or a server's answer."""
     if isinstance(exc, requests.Timeout):
@@ -222,7 +231,7 @@ def _reason(exc: requests.RequestException) -> str:
     if isinstance(exc, requests.exceptions.SSLError):
         return "TLS error"
     if isinstance(exc, requests.ConnectionError):
-        return "connection failed"
+        return "connection refused" if _not_connected(exc) else "connection failed"
     return type(exc).__name__
 
 

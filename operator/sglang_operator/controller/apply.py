@@ -2,19 +2,32 @@
 
 Children other than pods are compared by the hash of their rendered form (kept in an annotation), so an unchanged
 child is never patched; pods are immutable and are only created, annotated or deleted.
+
+Ownership: a child is the operator's only when it carries a controller ownerReference to the CR's uid. An object of a
+child's name without one (another team's Service, something left from a CR of the same name) is a name collision:
+it is never patched, adopted or deleted, and the caller reports it. `possible_children` is the one list of what the
+operator may own for a CR; whatever on it is owned but no longer rendered is deleted.
+
+Every Kubernetes call passes `_request_timeout=API_TIMEOUT`, so a hung API server cannot hold a pass.
 """
 
 import hashlib
 import json
 import logging
 from collections import Counter
+from collections.abc import Callable
+from dataclasses import dataclass
 from datetime import UTC, datetime
+from enum import Enum
 from typing import Any
 
 from kubernetes import client
 from kubernetes.client.exceptions import ApiException
 
+from .. import names
 from ..api.constants import ANNOTATION_SPEC_HASH, GROUP, KIND, PLURAL, VERSION
+from .kube import API_TIMEOUT
+from .observed import owned_by
 
 log = logging.getLogger(__name__)
 
@@ -29,20 +42,78 @@ def with_hash(obj: dict[str, Any]) -> dict[str, Any]:
     return stamped
 
 
+@dataclass(frozen=True, order=True)
+class ChildRef:
+    """One child object by kind and name (namespace: the CR's)."""
+
+    api_version: str
+    kind: str
+    name: str
+
+    def __str__(self) -> str:
+        return f"{self.kind} {self.name}"
+
+    @staticmethod
+    def of(obj: dict[str, Any]) -> "ChildRef":
+        return ChildRef(obj["apiVersion"], obj["kind"], obj["metadata"]["name"])
+
+
+def possible_children(deployment: str) -> list[ChildRef]:
+    """Every child other than pods that the operator may create for the CR `deployment`, rendered now or not. Pure.
+
+    `render.shared_children` renders a subset of these; a test keeps the two in agreement."""
+    return sorted(
+        [
+            ChildRef("v1", "Service", names.workers_service(deployment)),
+            ChildRef("apps/v1", "Deployment", names.router(deployment)),
+            ChildRef("v1", "Service", names.router(deployment)),
+            ChildRef("monitoring.coreos.com/v1", "PodMonitor", names.pod_monitor(deployment)),
+            ChildRef("networking.k8s.io/v1", "NetworkPolicy", names.network_policy(deployment)),
+        ]
+    )
+
+
+def stale_children(
+    deployment: str, rendered: list[dict[str, Any]], observed: dict[ChildRef, dict[str, Any]], uid: str
+) -> list[ChildRef]:
+    """Children that exist, are owned by the CR `uid`, and are not rendered any more: to delete. Pure."""
+    wanted = {ChildRef.of(child) for child in rendered}
+    return [
+        ref
+        for ref in possible_children(deployment)
+        if ref not in wanted and ref in observed and owned_by(observed[ref], uid)
+    ]
+
+
+class Outcome(Enum):
+    UNCHANGED = "unchanged"
+    CREATED = "created"
+    PATCHED = "patched"
+    COLLISION = "collision"
+    """An object of that name exists and the CR does not own it: left alone."""
+
+
+class KindUnavailable(Exception):
+    """The API server does not serve the kind (a PodMonitor without prometheus-operator's CRD)."""
+
+
 class Writer:
     def __init__(self, api: client.ApiClient) -> None:
+        self.api = api
         self.core = client.CoreV1Api(api)
         self.apps = client.AppsV1Api(api)
+        self.networking = client.NetworkingV1Api(api)
         self.custom = client.CustomObjectsApi(api)
         self.writes: Counter[str] = Counter()
 
     def _count(self, verb: str) -> None:
         self.writes[verb] += 1
 
+    # -- pods --------------------------------------------------------------------------------------------------
     def create_pod(self, pod: dict[str, Any]) -> None:
         self._count("create_pod")
         try:
-            self.core.create_namespaced_pod(pod["metadata"]["namespace"], pod)
+            self.core.create_namespaced_pod(pod["metadata"]["namespace"], pod, _request_timeout=API_TIMEOUT)
         except ApiException as exc:
             if exc.status != 409:  # already created by an earlier, interrupted pass
                 raise
@@ -50,7 +121,7 @@ class Writer:
     def delete_pod(self, namespace: str, name: str) -> None:
         self._count("delete_pod")
         try:
-            self.core.delete_namespaced_pod(name, namespace)
+            self.core.delete_namespaced_pod(name, namespace, _request_timeout=API_TIMEOUT)
         except ApiException as exc:
             if exc.status != 404:
                 raise
@@ -58,47 +129,105 @@ class Writer:
     def annotate_pod(self, namespace: str, name: str, annotations: dict[str, str | None]) -> None:
         self._count("annotate_pod")
         try:
-            self.core.patch_namespaced_pod(name, namespace, {"metadata": {"annotations": annotations}})
+            self.core.patch_namespaced_pod(
+                name, namespace, {"metadata": {"annotations": annotations}}, _request_timeout=API_TIMEOUT
+            )
         except ApiException as exc:
             if exc.status != 404:
                 raise
 
-    def ensure(self, desired: dict[str, Any], observed: dict[str, Any] | None) -> bool:
-        """Create or patch a Service, Deployment or other child when its rendered hash differs. True if written."""
+    # -- other children ----------------------------------------------------------------------------------------
+    def _verbs(self, ref: ChildRef) -> dict[str, Callable[..., Any]]:
+        """create(ns, body), patch(name, ns, body), read(name, ns), delete(name, ns, body=...) for the kind."""
+        if ref.kind == "Deployment":
+            a = self.apps
+            return {"create": a.create_namespaced_deployment, "patch": a.patch_namespaced_deployment,
+                    "read": a.read_namespaced_deployment, "delete": a.delete_namespaced_deployment}  # fmt: skip
+        if ref.kind == "Service":
+            c = self.core
+            return {"create": c.create_namespaced_service, "patch": c.patch_namespaced_service,
+                    "read": c.read_namespaced_service, "delete": c.delete_namespaced_service}  # fmt: skip
+        if ref.kind == "NetworkPolicy":
+            n = self.networking
+            return {"create": n.create_namespaced_network_policy, "patch": n.patch_namespaced_network_policy,
+                    "read": n.read_namespaced_network_policy, "delete": n.delete_namespaced_network_policy}  # fmt: skip
+        group, version = ref.api_version.split("/")
+        plural = ref.kind.lower() + "s"
+        o = self.custom
+        return {
+            "create": lambda ns, body, **kw: o.create_namespaced_custom_object(group, version, ns, plural, body, **kw),
+            "patch": lambda name, ns, body, **kw: o.patch_namespaced_custom_object(
+                group, version, ns, plural, name, body, **kw
+            ),
+            "read": lambda name, ns, **kw: o.get_namespaced_custom_object(group, version, ns, plural, name, **kw),
+            "delete": lambda name, ns, **kw: o.delete_namespaced_custom_object(group, version, ns, plural, name, **kw),
+        }
+
+    def read(self, ref: ChildRef, namespace: str) -> dict[str, Any] | None:
+        """The child as a plain dict, None when absent. KindUnavailable when the kind itself is not served (a 404
+        whose status details name no object: the CRD is missing)."""
+        try:
+            obj = self._verbs(ref)["read"](ref.name, namespace, _request_timeout=API_TIMEOUT)
+        except ApiException as exc:
+            if exc.status == 404:
+                if _kind_missing(exc):
+                    raise KindUnavailable(f"{ref.kind} ({ref.api_version}) is not served by this cluster") from exc
+                return None
+            raise
+        return obj if isinstance(obj, dict) else dict(self.api.sanitize_for_serialization(obj))
+
+    def ensure(self, desired: dict[str, Any], observed: dict[str, Any] | None, owner_uid: str) -> Outcome:
+        """Create the child, or patch it when its rendered hash differs, but only if the CR `owner_uid` owns it.
+
+        A create answered 409 means an object of that name appeared since it was read: it is read again and
+        patched only if owned."""
+        ref = ChildRef.of(desired)
+        namespace = desired["metadata"]["namespace"]
         stamped = with_hash(desired)
         wanted = stamped["metadata"]["annotations"][ANNOTATION_SPEC_HASH]
-        if observed is not None:
-            current = ((observed.get("metadata") or {}).get("annotations") or {}).get(ANNOTATION_SPEC_HASH)
-            if current == wanted:
-                return False
-        self._count(f"{'create' if observed is None else 'patch'}_{desired['kind'].lower()}")
-        kind, namespace, name = desired["kind"], desired["metadata"]["namespace"], desired["metadata"]["name"]
-        if kind == "Deployment":
-            if observed is None:
-                self.apps.create_namespaced_deployment(namespace, stamped)
-            else:
-                self.apps.patch_namespaced_deployment(name, namespace, stamped)
-        elif kind == "Service":
-            if observed is None:
-                self.core.create_namespaced_service(namespace, stamped)
-            else:
-                self.core.patch_namespaced_service(name, namespace, stamped)
-        else:
-            group, version = desired["apiVersion"].split("/")
-            plural = kind.lower() + "s"
-            if observed is None:
-                self.custom.create_namespaced_custom_object(group, version, namespace, plural, stamped)
-            else:
-                self.custom.patch_namespaced_custom_object(group, version, namespace, plural, name, stamped)
-        return True
+        verbs = self._verbs(ref)
+        if observed is None:
+            self._count(f"create_{ref.kind.lower()}")
+            try:
+                verbs["create"](namespace, stamped, _request_timeout=API_TIMEOUT)
+                return Outcome.CREATED
+            except ApiException as exc:
+                if exc.status != 409:
+                    raise
+            observed = self.read(ref, namespace)
+            if observed is None:  # deleted again in between: the next pass creates it
+                return Outcome.UNCHANGED
+        if not owned_by(observed, owner_uid):
+            return Outcome.COLLISION
+        current = ((observed.get("metadata") or {}).get("annotations") or {}).get(ANNOTATION_SPEC_HASH)
+        if current == wanted:
+            return Outcome.UNCHANGED
+        self._count(f"patch_{ref.kind.lower()}")
+        verbs["patch"](ref.name, namespace, stamped, _request_timeout=API_TIMEOUT)
+        return Outcome.PATCHED
 
+    def delete_child(self, ref: ChildRef, namespace: str, observed: dict[str, Any]) -> None:
+        """Delete a child the caller found owned; the uid precondition makes sure it is that very object (not one
+        created under the same name since it was read)."""
+        self._count(f"delete_{ref.kind.lower()}")
+        uid = (observed.get("metadata") or {}).get("uid")
+        body = {"preconditions": {"uid": uid}, "propagationPolicy": "Background"} if uid else None
+        try:
+            self._verbs(ref)["delete"](ref.name, namespace, body=body, _request_timeout=API_TIMEOUT)
+        except ApiException as exc:
+            if exc.status not in (404, 409):  # gone already, or replaced (the precondition failed)
+                raise
+
+    # -- the CR ------------------------------------------------------------------------------------------------
     def patch_status(self, namespace: str, name: str, status: dict[str, Any], resource_version: str) -> bool:
         """Merge-patch status guarded by resourceVersion: the autoscaler writes status too, and neither writer
         may overwrite conditions the other just set. False on a conflict (the next pass writes again)."""
         self._count("patch_status")
         patch = {"metadata": {"resourceVersion": resource_version}, "status": status}
         try:
-            self.custom.patch_namespaced_custom_object_status(GROUP, VERSION, namespace, PLURAL, name, patch)
+            self.custom.patch_namespaced_custom_object_status(
+                GROUP, VERSION, namespace, PLURAL, name, patch, _request_timeout=API_TIMEOUT
+            )
         except ApiException as exc:
             if exc.status == 409:
                 return False
@@ -128,6 +257,17 @@ class Writer:
             "count": 1,
         }
         try:
-            self.core.create_namespaced_event(meta["namespace"], body)
-        except ApiException as exc:  # events are best effort; never fail a reconcile on one
-            log.warning("could not post event %s: %s", reason, exc.reason)
+            self.core.create_namespaced_event(meta["namespace"], body, _request_timeout=API_TIMEOUT)
+        except Exception as exc:  # events are best effort; never fail a reconcile on one
+            log.warning("could not post event %s: %s", reason, getattr(exc, "reason", type(exc).__name__))
+
+
+def _kind_missing(exc: ApiException) -> bool:
+    """A 404 for a missing object is a Status naming the object (`details.name`); one for a resource type the
+    server does not serve is a plain "404 page not found"."""
+    try:
+        status = json.loads(exc.body or "")
+    except (ValueError, TypeError):
+        return True
+    details = status.get("details") if isinstance(status, dict) else None
+    return not (isinstance(details, dict) and details.get("name"))

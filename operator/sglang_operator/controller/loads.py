@@ -1,31 +1,82 @@
-"""In-flight requests per replica, from the worker's `/v1/loads` (running + waiting over all DP ranks)."""
+"""In-flight requests per replica, from the worker's `/v1/loads` (running + waiting over all DP ranks).
 
+A load is trusted only when the worker answered the documented shape. Anything else (an error status, HTML, a
+number that is not a count, a timeout) is *unknown*, and unknown is not zero: a drain waits for a known zero or for
+its `drainTimeoutSeconds`, so a busy replica is never deleted because its load could not be read.
+"""
+
+import json
 from collections.abc import Iterable
+from dataclasses import dataclass, field
+from typing import Any
 
 import requests
 
+from ..httpcall import CallFailed, bounded_request, new_session
 from .observed import ReplicaView
 
 LOADS_TIMEOUT_SECONDS = 2.0
+MAX_REQUESTS_PER_RANK = 1_000_000
+"""A count above this is not a request count: the answer is unknown."""
 
 
-def in_flight_from_loads(payload: dict[str, object]) -> int:
+@dataclass(frozen=True)
+class Loads:
+    known: dict[int, int] = field(default_factory=dict)
+    """Replica index -> requests in flight, for replicas whose load was read."""
+    unknown: dict[int, str] = field(default_factory=dict)
+    """Replica index -> why its load is unknown (method, path, HTTP status; never the worker's words)."""
+
+
+def _count(rank: dict[str, Any], key: str) -> int:
+    value = rank.get(key, 0)
+    if isinstance(value, bool) or not isinstance(value, int) or not 0 <= value <= MAX_REQUESTS_PER_RANK:
+        raise ValueError(f"{key} is not a request count")
+    return value
+
+
+def in_flight_from_loads(payload: Any) -> int:
+    """Running + waiting requests over all DP ranks; ValueError for any other shape."""
+    if not isinstance(payload, dict):
+        raise ValueError(f"expected an object, got {type(payload).__name__}")
     loads = payload.get("loads")
-    if not isinstance(loads, list):
-        return 0
-    return sum(int(rank.get("num_running_reqs", 0)) + int(rank.get("num_waiting_reqs", 0)) for rank in loads)
+    if not isinstance(loads, list) or not all(isinstance(rank, dict) for rank in loads):
+        raise ValueError("'loads' is not a list of objects")
+    return sum(_count(rank, "num_running_reqs") + _count(rank, "num_waiting_reqs") for rank in loads)
 
 
-def fetch_in_flight(replicas: Iterable[ReplicaView]) -> dict[int, int]:
-    """A replica that does not answer has nothing in flight that could still complete: it counts as 0."""
-    result: dict[int, int] = {}
-    for replica in replicas:
-        if replica.url is None:
-            result[replica.index] = 0
-            continue
-        try:
-            response = requests.get(f"{replica.url}/v1/loads", timeout=LOADS_TIMEOUT_SECONDS)
-            result[replica.index] = in_flight_from_loads(response.json()) if response.status_code == 200 else 0
-        except (requests.RequestException, ValueError):
-            result[replica.index] = 0
-    return result
+def read_load(session: requests.Session, url: str) -> tuple[int | None, str | None]:
+    """(in flight, None) or (None, why unknown). A refused connection reads as 0: no process is listening, so
+    nothing it held can still complete."""
+    what = f"GET {url}/v1/loads"
+    try:
+        response = bounded_request(session, "GET", f"{url}/v1/loads", deadline_seconds=LOADS_TIMEOUT_SECONDS)
+    except CallFailed as exc:
+        if exc.not_connected:
+            return 0, None
+        return None, str(exc)
+    if response.status_code != 200:
+        return None, f"{what}: HTTP {response.status_code}"
+    try:
+        return in_flight_from_loads(json.loads(response.content)), None
+    except (ValueError, RecursionError):
+        return None, f"{what}: HTTP 200 with an unexpected answer"
+
+
+def fetch_in_flight(replicas: Iterable[ReplicaView]) -> Loads:
+    """A replica without an address has never served: it counts as 0."""
+    loads = Loads()
+    session = new_session()
+    try:
+        for replica in replicas:
+            if replica.url is None:
+                loads.known[replica.index] = 0
+                continue
+            count, why = read_load(session, replica.url)
+            if count is None:
+                loads.unknown[replica.index] = why or "unknown"
+            else:
+                loads.known[replica.index] = count
+    finally:
+        session.close()
+    return loads

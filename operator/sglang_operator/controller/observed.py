@@ -93,45 +93,78 @@ class ReplicaView:
         return [self.pods[rank].name for rank in sorted(self.pods)]
 
 
-def _timestamp(value: str | None) -> float | None:
-    if not value:
+def _timestamp(value: object) -> float | None:
+    """An RFC 3339 stamp the operator wrote; anything else (someone's edit) is ignored, as if absent."""
+    if not isinstance(value, str) or not value or len(value) > 64:
         return None
     try:
-        return datetime.fromisoformat(value.replace("Z", "+00:00")).timestamp()
+        stamp = datetime.fromisoformat(value.replace("Z", "+00:00"))
     except ValueError:
         return None
+    return stamp.timestamp() if stamp.tzinfo is not None else None
 
 
-def pod_view(pod: dict[str, Any]) -> PodView:
+MAX_REPLICA_NODES = 1024
+"""More nodes than any replica spans: a larger `replica-nodes` value is not one the operator wrote."""
+
+
+def _small_int(value: object, default: int | None, low: int = 0, high: int = 10**9) -> int | None:
+    """A label or annotation the operator wrote as a decimal; `default` for anything else."""
+    if isinstance(value, int) and not isinstance(value, bool):
+        number = value
+    elif isinstance(value, str) and value.isascii() and value.isdecimal() and len(value) <= 10:
+        number = int(value)
+    else:
+        return default
+    return number if low <= number <= high else default
+
+
+def owned_by(obj: dict[str, Any], uid: str) -> bool:
+    """True when `obj` has a controller ownerReference to the object with `uid`: only such children are the
+    operator's to change or delete. Same labels and name are not enough (another team's object, or a CR of the
+    same name deleted and created again)."""
+    references = (obj.get("metadata") or {}).get("ownerReferences") or []
+    return any(isinstance(ref, dict) and ref.get("uid") == uid and ref.get("controller") is True for ref in references)
+
+
+def pod_view(pod: dict[str, Any]) -> PodView | None:
+    """None for a pod whose operator labels do not parse: whatever it is, it is not a replica the operator made."""
     meta, status = pod["metadata"], pod.get("status") or {}
     labels, annotations = meta.get("labels") or {}, meta.get("annotations") or {}
-    conditions = {c["type"]: c["status"] for c in status.get("conditions") or []}
-    container = (pod.get("spec") or {}).get("containers", [{}])[0]
-    ports = {p.get("name"): p.get("containerPort") for p in container.get("ports") or []}
+    rank = _small_int(labels.get(LABEL_NODE_RANK, "0"), None, high=MAX_REPLICA_NODES - 1)
+    if rank is None:
+        return None
+    conditions = {c.get("type"): c.get("status") for c in status.get("conditions") or [] if isinstance(c, dict)}
+    containers = (pod.get("spec") or {}).get("containers") or [{}]
+    ports = {p.get("name"): p.get("containerPort") for p in containers[0].get("ports") or [] if isinstance(p, dict)}
     return PodView(
         name=meta["name"],
-        rank=int(labels.get(LABEL_NODE_RANK, "0")),
+        rank=rank,
         phase=status.get("phase") or "Pending",
         ready=conditions.get("Ready") == "True",
         ip=status.get("podIP") or None,
-        port=int(ports.get("http") or 30000),
+        port=_small_int(ports.get("http"), 30000, low=1, high=65535) or 30000,
         deleting=bool(meta.get("deletionTimestamp")),
-        restarts=sum(int(cs.get("restartCount") or 0) for cs in status.get("containerStatuses") or []),
-        replica_nodes=int(annotations.get(ANNOTATION_REPLICA_NODES, "1")),
+        restarts=sum(_small_int(cs.get("restartCount"), 0) or 0 for cs in status.get("containerStatuses") or []),
+        replica_nodes=_small_int(annotations.get(ANNOTATION_REPLICA_NODES, "1"), 1, low=1, high=MAX_REPLICA_NODES) or 1,
         draining_since=_timestamp(annotations.get(ANNOTATION_DRAINING)),
         warm=annotations.get(ANNOTATION_WARM) == "true",
     )
 
 
 def group_replicas(pods: list[dict[str, Any]]) -> list[ReplicaView]:
-    """Pods grouped by their replica label; the replica index is unique across revisions."""
+    """Pods grouped by their replica label; the replica index is unique across revisions. Pods whose labels do not
+    parse are left out (the caller has already kept only the pods the CR owns)."""
     grouped: dict[int, ReplicaView] = {}
     for pod in pods:
         labels = pod["metadata"].get("labels") or {}
-        if LABEL_REPLICA not in labels:
-            continue
-        index = int(labels[LABEL_REPLICA])
+        index = _small_int(labels.get(LABEL_REPLICA), None)
         view = pod_view(pod)
-        replica = grouped.setdefault(index, ReplicaView(index=index, revision=labels.get(LABEL_REVISION, "")))
+        if index is None or view is None:
+            continue
+        revision = labels.get(LABEL_REVISION, "")
+        replica = grouped.setdefault(
+            index, ReplicaView(index=index, revision=revision if isinstance(revision, str) else "")
+        )
         replica.pods[view.rank] = view
     return [grouped[index] for index in sorted(grouped)]

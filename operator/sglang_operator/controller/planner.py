@@ -17,6 +17,9 @@ from .observed import ReplicaView
 # A request the router dispatched just before the removal may still be in transit to the worker and not yet
 # counted in its load; "nothing in flight" is trusted only after this long.
 DRAIN_SETTLE_SECONDS = 3.0
+BURST_PODS = 32
+"""Pods created (or deleted) in one pass at most, like a Deployment controller's burst: the next pass continues. No
+spec, however large its replica count, makes one pass do unbounded work."""
 
 
 @dataclass(frozen=True)
@@ -25,6 +28,9 @@ class Targets:
     warm: int
     revision: str
     strategy: UpdateStrategy
+    burst: int = BURST_PODS
+    """Replicas created, drained and deleted per pass at most, each (the reconciler divides `BURST_PODS` by the
+    pods per replica)."""
 
 
 @dataclass(frozen=True)
@@ -91,9 +97,34 @@ def plan_replicas(
     deregistered: set[int],
     now: float,
     off_router: frozenset[int] = frozenset(),
+    unknown_loads: Mapping[int, str] | None = None,
 ) -> Plan:
-    """`loads`: in-flight requests per replica (when known); `deregistered`: replicas absent from every router;
-    `off_router`: replicas absent from at least one router."""
+    """`loads`: in-flight requests per replica, only where known; `unknown_loads`: why a replica's load could not
+    be read (a draining replica without a known zero waits for its drain timeout); `deregistered`: replicas absent
+    from every router; `off_router`: replicas absent from at least one router."""
+    plan = _plan_unbounded(replicas, targets, loads, deregistered, now, off_router, unknown_loads or {})
+    return _within_burst(plan, max(1, targets.burst))
+
+
+def _within_burst(plan: Plan, burst: int) -> Plan:
+    """At most `burst` replicas created, drained and deleted per pass; the rest is decided again next pass."""
+    plan.create_active = plan.create_active[:burst]
+    plan.create_warm = plan.create_warm[: max(0, burst - len(plan.create_active))]
+    plan.drain = plan.drain[:burst]
+    plan.delete = plan.delete[:burst]
+    plan.promote = plan.promote[:burst]
+    return plan
+
+
+def _plan_unbounded(
+    replicas: list[ReplicaView],
+    targets: Targets,
+    loads: Mapping[int, int],
+    deregistered: set[int],
+    now: float,
+    off_router: frozenset[int],
+    unknown_loads: Mapping[int, str],
+) -> Plan:
     plan = Plan()
     indices = _free_indices(r.index for r in replicas)
     live: list[ReplicaView] = []
@@ -112,10 +143,12 @@ def plan_replicas(
         if since is None:
             continue
         settled = now - since >= DRAIN_SETTLE_SECONDS
-        drained = replica.index in deregistered and loads.get(replica.index, 0) == 0 and settled
+        drained = replica.index in deregistered and loads.get(replica.index) == 0 and settled
         if drained or now - since >= targets.strategy.drain_timeout_seconds:
             plan.delete.append(replica.index)
             how = "drained" if drained else f"drain timed out after {targets.strategy.drain_timeout_seconds}s"
+            if not drained and replica.index in unknown_loads:
+                how += f" (in-flight requests unknown: {unknown_loads[replica.index]})"
             plan.events.append(Event("Drained", f"replica {replica.index} {how}; deleting it"))
 
     serving = [r for r in live if r.draining_since is None]
@@ -157,11 +190,14 @@ def plan_replicas(
         plan.drain_reason = "ScalingDown"
         plan.drain_message = f"draining replicas {{replicas}} (scale to {targets.active})"
 
-    plan.create_active = [next(indices) for _ in range(creatable)]
+    # Never more indices than one pass may create (`_within_burst` trims to the same bound).
+    plan.create_active = [next(indices) for _ in range(min(creatable, max(1, targets.burst)))]
     if creatable:
-        plan.events.append(Event("ScalingUp", f"creating replicas {plan.create_active} at revision {targets.revision}"))
+        later = creatable - len(plan.create_active)
+        plan.events.append(Event("ScalingUp", f"creating replicas {plan.create_active} at revision {targets.revision}"
+                                 + (f" ({later} more on later passes)" if later else "")))  # fmt: skip
     missing_warm = targets.warm - len(warm)
-    plan.create_warm = [next(indices) for _ in range(max(missing_warm, 0))]
+    plan.create_warm = [next(indices) for _ in range(min(max(missing_warm, 0), max(1, targets.burst)))]
     for replica in _removal_order(warm, loads, off_router)[: max(-missing_warm, 0)]:
         plan.delete.append(replica.index)
     return plan

@@ -1,11 +1,19 @@
-"""One idempotent reconcile pass: parse -> observe -> plan -> apply -> sync routers -> status.
+"""One idempotent reconcile pass: parse -> check policy -> children -> observe -> plan -> apply -> routers -> status.
 
 Level-based: everything is read from the cluster (and the routers) on every pass, nothing needed for correctness
 lives in memory, and a pass with nothing to change writes nothing.
+
+Errors are status (like kuberay's `reconcileFuncs`): the pass runs step by step, each inside `_step`; the first
+step that fails stops the pass, and `Degraded` says which step failed and what the API answered (reason ReconcileError),
+with one Warning event per distinct problem, cleared by the next good pass. Name collisions and child kinds the
+cluster does not serve are problems of the same kind that do not stop the pass.
 """
 
 import base64
+import binascii
 import logging
+from collections.abc import Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from typing import Any
@@ -13,6 +21,7 @@ from typing import Any
 from kubernetes import client
 from kubernetes.client.exceptions import ApiException
 
+from .. import names
 from ..api.constants import (
     ANNOTATION_DRAINING,
     ANNOTATION_WARM,
@@ -25,14 +34,25 @@ from ..api.constants import (
     VERSION,
 )
 from ..api.spec import SGLangDeploymentSpec
-from ..api.validation import parse_spec
+from ..api.validation import check_pod_policy, parse_spec
 from ..render import Owner, replica_pods, revision_hash, shared_children
-from .apply import Writer
+from ..settings import OperatorSettings, load_settings
+from .apply import ChildRef, KindUnavailable, Outcome, Writer, possible_children, stale_children
+from .kube import API_TIMEOUT
 from .loads import fetch_in_flight
-from .observed import ReplicaView, group_replicas
-from .planner import Plan, Targets, plan_replicas
+from .observed import ReplicaView, group_replicas, owned_by
+from .planner import BURST_PODS, Plan, Targets, plan_replicas
 from .routers import observe_routers, sync_routers
-from .status import RouterObservation, compute_status, condition, merge_conditions, status_changed
+from .status import (
+    Problem,
+    RouterObservation,
+    compute_status,
+    condition,
+    failed_pass_status,
+    merge_conditions,
+    problem_event,
+    status_changed,
+)
 
 log = logging.getLogger(__name__)
 
@@ -44,21 +64,50 @@ class PassResult:
     status: dict[str, Any] = field(default_factory=dict)
 
 
+class StepFailed(Exception):
+    """A step of the pass failed; the message is what status shows (no response body, no object content)."""
+
+
+def describe_failure(step: str, exc: BaseException) -> str:
+    """What failed, for status and events: the step and the API's status and reason, or the error's type. Pure.
+
+    An ApiException's body is left out (it can quote the object, which a tenant wrote), as is the text of other
+    errors (the log has it)."""
+    if isinstance(exc, ApiException):
+        return f"{step}: the API server answered {exc.status} {exc.reason}".rstrip()
+    if isinstance(exc, KindUnavailable):
+        return f"{step}: {exc}"
+    return f"{step}: {type(exc).__name__}"
+
+
+@contextmanager
+def _step(name: str) -> Iterator[None]:
+    try:
+        yield
+    except StepFailed:
+        raise
+    except ApiException as exc:
+        log.warning("%s failed: %s %s", name, exc.status, exc.reason)
+        raise StepFailed(describe_failure(name, exc)) from exc
+    except Exception as exc:
+        log.exception("%s failed", name)
+        raise StepFailed(describe_failure(name, exc)) from exc
+
+
 def desired_replicas(spec: SGLangDeploymentSpec, status: dict[str, Any]) -> tuple[int, int]:
     """(active, warm): the autoscaler's count from status when it owns the fleet, else `spec.replicas`.
 
     A recommend-only autoscaler does not own it: its count in status is for comparison, and no warm replicas run.
+    Counts in status that are not numbers are ignored (status is writable by whoever can patch it).
     """
     scaling = spec.autoscaling
     if not scaling.enabled or scaling.recommend_only:
         return spec.replicas, 0
     autoscaler = status.get("autoscaler") or {}
     decided, warm = autoscaler.get("desiredReplicas"), autoscaler.get("warmReplicas")
-    count = spec.replicas if decided is None else int(decided)
-    return (
-        max(scaling.min_replicas, min(scaling.max_replicas, count)),
-        scaling.warm_replicas if warm is None else int(warm),
-    )
+    count = decided if isinstance(decided, int) and not isinstance(decided, bool) else spec.replicas
+    warm_count = warm if isinstance(warm, int) and not isinstance(warm, bool) and warm >= 0 else scaling.warm_replicas
+    return max(scaling.min_replicas, min(scaling.max_replicas, count)), warm_count
 
 
 def _absent(replicas: list[ReplicaView], listed: set[str]) -> frozenset[int]:
@@ -70,37 +119,40 @@ def _selector(name: str, component: str) -> str:
     return f"{LABEL_DEPLOYMENT}={name},{LABEL_COMPONENT}={component}"
 
 
+def _router_pod_of(pod: dict[str, Any], deployment: str) -> bool:
+    """A pod of the CR's router Deployment: controlled by one of its ReplicaSets (named `<router>-<hash>`). Labels
+    alone would let any pod of the namespace receive the router's API key and membership calls."""
+    prefix = names.router(deployment) + "-"
+    return any(
+        isinstance(ref, dict) and ref.get("controller") is True and ref.get("kind") == "ReplicaSet"
+        and str(ref.get("name", "")).startswith(prefix)
+        for ref in (pod.get("metadata") or {}).get("ownerReferences") or []
+    )  # fmt: skip
+
+
 class Reconciler:
-    def __init__(self, api: client.ApiClient) -> None:
+    def __init__(self, api: client.ApiClient, settings: OperatorSettings | None = None) -> None:
         self.api = api
         self.core = client.CoreV1Api(api)
         self.apps = client.AppsV1Api(api)
         self.custom = client.CustomObjectsApi(api)
         self.writer = Writer(api)
+        self.settings = settings if settings is not None else load_settings()
 
     # -- reads -------------------------------------------------------------------------------------------------
     def _get(self, reader: Any, *args: Any) -> dict[str, Any] | None:
         try:
-            return dict(self.api.sanitize_for_serialization(reader(*args)))
+            return dict(self.api.sanitize_for_serialization(reader(*args, _request_timeout=API_TIMEOUT)))
         except ApiException as exc:
             if exc.status == 404:
                 return None
             raise
 
     def _pods(self, namespace: str, name: str, component: str) -> list[dict[str, Any]]:
-        pods = self.core.list_namespaced_pod(namespace, label_selector=_selector(name, component))
-        return [dict(self.api.sanitize_for_serialization(pod)) for pod in pods.items]
-
-    def _observed_child(self, child: dict[str, Any]) -> dict[str, Any] | None:
-        namespace, name = child["metadata"]["namespace"], child["metadata"]["name"]
-        if child["kind"] == "Deployment":
-            return self._get(self.apps.read_namespaced_deployment, name, namespace)
-        if child["kind"] == "Service":
-            return self._get(self.core.read_namespaced_service, name, namespace)
-        group, version = child["apiVersion"].split("/")
-        return self._get(
-            self.custom.get_namespaced_custom_object, group, version, namespace, child["kind"].lower() + "s", name
+        pods = self.core.list_namespaced_pod(
+            namespace, label_selector=_selector(name, component), _request_timeout=API_TIMEOUT
         )
+        return [dict(self.api.sanitize_for_serialization(pod)) for pod in pods.items]
 
     def _router_api_key(self, spec: SGLangDeploymentSpec, namespace: str) -> str | None:
         ref = spec.router.api_key_secret_ref
@@ -108,50 +160,140 @@ class Reconciler:
             return None
         secret = self._get(self.core.read_namespaced_secret, ref.name, namespace)
         encoded = ((secret or {}).get("data") or {}).get(ref.key)
-        return base64.b64decode(encoded).decode() if encoded else None
+        if not encoded:
+            return None
+        try:
+            return base64.b64decode(encoded, validate=True).decode()
+        except (binascii.Error, UnicodeDecodeError, ValueError):
+            log.warning("%s/%s: router API key Secret %s key %s is not text", namespace, spec, ref.name, ref.key)
+            return None
 
     # -- the pass ----------------------------------------------------------------------------------------------
     def reconcile(self, namespace: str, name: str) -> PassResult:
         body = self._get(self.custom.get_namespaced_custom_object, GROUP, VERSION, namespace, PLURAL, name)
         if body is None or body["metadata"].get("deletionTimestamp"):
             return PassResult()
-        now = datetime.now(UTC)
-        stamp = now.strftime("%Y-%m-%dT%H:%M:%SZ")
+        stamp = datetime.now(UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
         generation = int(body["metadata"].get("generation") or 0)
         previous: dict[str, Any] = body.get("status") or {}
         before = dict(self.writer.writes)
         spec, errors = parse_spec(body.get("spec"))
         if spec is None:
-            message = "; ".join(str(e) for e in errors)
-            invalid = condition("Ready", False, "InvalidSpec", message, generation, stamp)
-            status = {"observedGeneration": generation, "conditions": merge_conditions(
-                list(previous.get("conditions") or []), [invalid])}  # fmt: skip
-            if status_changed(previous, status):
-                self.writer.patch_status(namespace, name, status, body["metadata"]["resourceVersion"])
-                self.writer.event(body, "InvalidSpec", message, warning=True)
+            return self._refuse(body, "InvalidSpec", "; ".join(str(e) for e in errors), before)
+        violations = check_pod_policy(spec, self.settings.pod_policy)
+        if violations:
+            return self._refuse(body, "PolicyViolation", "; ".join(str(e) for e in violations), before)
+        try:
+            return self._pass(body, spec, before)
+        except StepFailed as failed:
+            status = failed_pass_status(previous, Problem("ReconcileError", str(failed)), generation, stamp)
+            self._write_status(body, previous, status)
             return PassResult(status=status, writes=self._delta(before))
 
-        owner = Owner(name=name, namespace=namespace, uid=body["metadata"]["uid"])
-        for child in shared_children(spec, owner):
-            if self.writer.ensure(child, self._observed_child(child)):
-                log.info("applied %s/%s", child["kind"], child["metadata"]["name"])
+    def _refuse(self, body: dict[str, Any], reason: str, message: str, before: dict[str, int]) -> PassResult:
+        """A spec the operator will not act on: no child is written; Ready=False says why, with one event."""
+        generation = int(body["metadata"].get("generation") or 0)
+        previous: dict[str, Any] = body.get("status") or {}
+        stamp = datetime.now(UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
+        refused = condition("Ready", False, reason, message, generation, stamp)
+        status = {"observedGeneration": generation, "conditions": merge_conditions(
+            list(previous.get("conditions") or []), [refused])}  # fmt: skip
+        if status_changed(previous, status):
+            self.writer.patch_status(body["metadata"]["namespace"], body["metadata"]["name"], status,
+                                     body["metadata"]["resourceVersion"])  # fmt: skip
+            self.writer.event(body, reason, message, warning=True)
+        return PassResult(status=status, writes=self._delta(before))
+
+    def _write_status(self, body: dict[str, Any], previous: dict[str, Any], status: dict[str, Any]) -> None:
+        """One status patch when anything changed, and one Warning event when a new problem appeared."""
+        meta = body["metadata"]
+        if not status_changed(previous, status):
+            return
+        try:
+            written = self.writer.patch_status(meta["namespace"], meta["name"], status, meta["resourceVersion"])
+        except Exception as exc:  # nothing else can report it: the log does, and the next pass tries again
+            log.warning("%s/%s: status not written: %s", meta["namespace"], meta["name"], describe_failure("", exc))
+            return
+        problem = problem_event(previous, status) if written else None
+        if problem is not None:
+            self.writer.event(body, problem.reason, problem.message, warning=True)
+
+    def _children(self, spec: SGLangDeploymentSpec, owner: Owner) -> list[Problem]:
+        """Write the rendered children the CR owns (or may create), delete the owned ones no longer rendered, and
+        return the problems: names taken by objects the CR does not own, kinds the cluster does not serve."""
+        rendered = shared_children(spec, owner, self.settings)
+        wanted = {ChildRef.of(child) for child in rendered}
+        observed: dict[ChildRef, dict[str, Any]] = {}
+        unserved: set[tuple[str, str]] = set()
+        for ref in possible_children(owner.name):
+            with _step(f"reading {ref}"):
+                try:
+                    found = self.writer.read(ref, owner.namespace)
+                except KindUnavailable:
+                    unserved.add((ref.api_version, ref.kind))
+                    continue
+                except ApiException as exc:
+                    if exc.status == 403 and ref not in wanted:
+                        continue  # not allowed to read it, so never created it either: nothing to clean up
+                    raise
+            if found is not None:
+                observed[ref] = found
+        problems: list[Problem] = []
+        for child in rendered:
+            ref = ChildRef.of(child)
+            if (ref.api_version, ref.kind) in unserved:
+                problems.append(Problem("ChildKindUnavailable", f"{ref} not created: this cluster does not serve "
+                                        f"{ref.kind} ({ref.api_version}); is its CRD installed?"))  # fmt: skip
+                continue
+            with _step(f"applying {ref}"):
+                outcome = self.writer.ensure(child, observed.get(ref), owner.uid)
+            if outcome is Outcome.COLLISION:
+                problems.append(Problem("NameCollision", f"{ref} exists and is not owned by this SGLangDeployment; "
+                                        "left unchanged (rename or remove it)"))  # fmt: skip
+            elif outcome is not Outcome.UNCHANGED:
+                log.info("%s/%s: %s %s", owner.namespace, owner.name, outcome.value, ref)
+        for ref in stale_children(owner.name, rendered, observed, owner.uid):
+            with _step(f"deleting {ref}"):
+                self.writer.delete_child(ref, owner.namespace, observed[ref])
+            log.info("%s/%s: deleted %s (no longer rendered)", owner.namespace, owner.name, ref)
+        return sorted(problems, key=lambda p: (p.reason != "NameCollision", p.message))
+
+    def _pass(self, body: dict[str, Any], spec: SGLangDeploymentSpec, before: dict[str, int]) -> PassResult:
+        meta = body["metadata"]
+        namespace, name = meta["namespace"], meta["name"]
+        now = datetime.now(UTC)
+        stamp = now.strftime("%Y-%m-%dT%H:%M:%SZ")
+        generation = int(meta.get("generation") or 0)
+        previous: dict[str, Any] = body.get("status") or {}
+        owner = Owner(name=name, namespace=namespace, uid=meta["uid"])
+        problems = self._children(spec, owner)
 
         revision = revision_hash(spec)
         active, warm = desired_replicas(spec, previous)
-        replicas = group_replicas(self._pods(namespace, name, COMPONENT_WORKER))
+        with _step("reading worker pods"):
+            pods = [pod for pod in self._pods(namespace, name, COMPONENT_WORKER) if owned_by(pod, owner.uid)]
+        replicas = group_replicas(pods)
         serving = [r for r in replicas if r.draining_since is None and not r.warm]
         needs_loads = [r for r in replicas if r.draining_since is not None] + (
             serving if len(serving) > active or any(r.revision != revision for r in serving) else []
         )
-        loads = fetch_in_flight(needs_loads)
+        with _step("reading worker loads"):
+            loads = fetch_in_flight(needs_loads)
 
-        router_pods = self._pods(namespace, name, COMPONENT_ROUTER) if spec.router.enabled else []
-        routers = observe_routers(router_pods, self._router_api_key(spec, namespace)) if spec.router.enabled else None
+        routers = None
+        if spec.router.enabled:
+            with _step("reading router pods"):
+                router_pods = [p for p in self._pods(namespace, name, COMPONENT_ROUTER) if _router_pod_of(p, name)]
+                api_key = self._router_api_key(spec, namespace)
+            with _step("reading router worker lists"):
+                routers = observe_routers(router_pods, api_key)
         still_listed = routers.registered_urls() if routers is not None else set()
         everywhere = routers.listed_everywhere() if routers is not None else set()
         deregistered, off_router = set(_absent(replicas, still_listed)), _absent(replicas, everywhere)
-        plan = plan_replicas(replicas, Targets(active, warm, revision, spec.update_strategy), loads, deregistered,
-                             now.timestamp(), off_router)  # fmt: skip
+        pods_per_replica = max(1, spec.parallelism.nnodes)
+        targets = Targets(active, warm, revision, spec.update_strategy, burst=max(1, BURST_PODS // pods_per_replica))
+        plan = plan_replicas(replicas, targets, loads.known, deregistered, now.timestamp(), off_router,
+                             unknown_loads=loads.unknown)  # fmt: skip
 
         by_index = {r.index: r for r in replicas}
         leaving = set(plan.drain) | set(plan.delete)
@@ -162,10 +304,11 @@ class Reconciler:
         ]  # fmt: skip
         router_obs = RouterObservation(enabled=False, ready_pods=0, registered=0, synced=True)
         if routers is not None:
-            synced = sync_routers(routers, routed)
+            with _step("syncing router membership"):
+                synced = sync_routers(routers, routed)
             router_obs = synced.observation
             for failure in synced.failures:
-                self.writer.event(body, "RegistrationFailed", failure, warning=True)
+                log.warning("%s/%s: %s", namespace, name, failure)
             # A replica a router still lists is not drained yet: the next pass decides again (and, preferring
             # removals under way, picks it again); its drain event is posted when the drain really starts.
             held = [i for i in plan.drain if by_index[i].url in synced.unconfirmed_removals]
@@ -173,17 +316,19 @@ class Reconciler:
                 log.info("%s/%s: replicas %s wait for a router to apply their removal", namespace, name, held)
             plan.drain = [i for i in plan.drain if i not in held]
 
-        self._apply_plan(spec, owner, revision, replicas, plan, stamp, body)
+        with _step("applying the replica plan"):
+            self._apply_plan(spec, owner, revision, replicas, plan, stamp, body)
         status = compute_status(
             name=name, namespace=namespace, generation=generation, spec=spec, desired=active, revision=revision,
             replicas=replicas, router=router_obs, failed_replicas=sum(r.failed for r in replicas),
-            previous=previous, now=stamp,
+            previous=previous, now=stamp, problems=problems,
         )  # fmt: skip
+        if router_obs.error and _degraded_changed(previous, status):
+            self.writer.event(body, "RegistrationFailed", router_obs.error, warning=True)
         qps = ((previous.get("autoscaler") or {}).get("observed") or {}).get("qps")
         if qps is not None:
             status["qps"] = qps
-        if status_changed(previous, status):
-            self.writer.patch_status(namespace, name, status, body["metadata"]["resourceVersion"])
+        self._write_status(body, previous, status)
         return PassResult(plan=plan, status=status, writes=self._delta(before))
 
     def _apply_plan(
@@ -218,3 +363,14 @@ class Reconciler:
     def _delta(self, before: dict[str, int]) -> dict[str, int]:
         return {verb: count - before.get(verb, 0) for verb, count in self.writer.writes.items()
                 if count != before.get(verb, 0)}  # fmt: skip
+
+
+def _degraded_changed(previous: dict[str, Any], new: dict[str, Any]) -> bool:
+    """Whether `Degraded` differs from the last status (a router failure is posted once, not on every pass)."""
+
+    def degraded(status: dict[str, Any]) -> Any:
+        return next((c for c in status.get("conditions") or [] if c.get("type") == "Degraded"), None)
+
+    old, current = degraded(previous), degraded(new)
+    return old is None or current is None or (old.get("reason"), old.get("message")) != (
+        current.get("reason"), current.get("message"))  # fmt: skip

@@ -8,7 +8,7 @@ import time
 from dataclasses import dataclass, field
 from typing import Any
 
-from ..router.client import RouterClient, RouterError, RouterWorker
+from ..router.client import DEFAULT_TIMEOUT_SECONDS, RouterClient, RouterError, RouterWorker
 from ..router.membership import plan_membership
 from .status import RouterObservation
 
@@ -38,8 +38,9 @@ def _ready_router_urls(router_pods: list[dict[str, Any]]) -> list[str]:
         conditions = {c["type"]: c["status"] for c in status.get("conditions") or []}
         if meta.get("deletionTimestamp") or conditions.get("Ready") != "True" or not status.get("podIP"):
             continue
-        container = pod["spec"]["containers"][0]
-        port = next((p["containerPort"] for p in container.get("ports") or [] if p.get("name") == "http"), 30000)
+        container = ((pod.get("spec") or {}).get("containers") or [{}])[0]
+        port = next((p.get("containerPort") for p in container.get("ports") or [] if p.get("name") == "http"), None)
+        port = port if isinstance(port, int) and 0 < port < 65536 else 30000
         urls.append(f"http://{status['podIP']}:{port}")
     return sorted(urls)
 
@@ -60,6 +61,8 @@ def _still_routable(routers: dict[str, RouterClient], removed: dict[str, tuple[R
     pending = {base: {w.id for w in workers} for base, workers in removed.items()}
     while True:
         for base in list(pending):
+            # Each read ends by the loop's deadline too (a slow router cannot stretch the wait call by call).
+            routers[base].timeout = max(0.1, min(DEFAULT_TIMEOUT_SECONDS, deadline - time.monotonic()))
             try:
                 pending[base] &= {w.id for w in _routable(routers[base].list_workers())}
             except RouterError:

@@ -4,7 +4,7 @@ Conditions use the standard shape; a condition keeps its lastTransitionTime unle
 that changes nothing produces an identical status (and the writer then skips the patch).
 """
 
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -26,6 +26,19 @@ class RouterObservation:
     registered: int
     synced: bool
     error: str | None = None
+
+
+@dataclass(frozen=True)
+class Problem:
+    """Something that keeps a pass from doing its job, shown as `Degraded` (reason, message) and posted as one
+    Warning event when it first appears or changes: a step that failed (`ReconcileError`), a child name taken by an
+    object the CR does not own (`NameCollision`), a child kind the cluster does not serve (`ChildKindUnavailable`)."""
+
+    reason: str
+    message: str
+
+
+PROBLEM_REASONS = ("ReconcileError", "PolicyViolation", "NameCollision", "ChildKindUnavailable")
 
 
 def condition(type_: str, ok: bool, reason: str, message: str, generation: int, now: str) -> dict[str, Any]:
@@ -69,6 +82,7 @@ def compute_status(
     failed_replicas: int,
     previous: Mapping[str, Any],
     now: str,
+    problems: Sequence[Problem] = (),
 ) -> dict[str, Any]:
     serving = [r for r in replicas if r.draining_since is None and not r.warm and not r.deleting and not r.failed]
     ready = [r for r in serving if r.ready]
@@ -88,7 +102,9 @@ def compute_status(
         progress = ("Scaling", f"{len(ready)}/{desired} replicas ready")
     else:
         progress = ("Stable", f"{desired} replicas at revision {revision}")
-    if router.error:
+    if problems:
+        degraded = (problems[0].reason, "; ".join(p.message for p in problems))
+    elif router.error:
         degraded = ("RouterUnreachable", router.error)
     elif failed_replicas:
         degraded = ("ReplicaFailed", f"{failed_replicas} replicas failed and are being recreated")
@@ -103,7 +119,8 @@ def compute_status(
         condition("Degraded", degraded[0] != "AsExpected", degraded[0], degraded[1], generation, now),
         condition("RouterSynced", router_ok, "Synced" if router_ok else "OutOfSync",
                   "router disabled" if not router.enabled else
-                  f"{router.registered} workers registered on {router.ready_pods} router pods", generation, now),
+                  f"{router.registered} workers registered on {router.ready_pods} router pods"
+                  + (f"; {router.error}" if router.error else ""), generation, now),
     ]  # fmt: skip
     status: dict[str, Any] = {
         "observedGeneration": generation,
@@ -124,3 +141,26 @@ def compute_status(
 
 def status_changed(previous: Mapping[str, Any], new: Mapping[str, Any]) -> bool:
     return any(previous.get(key) != value for key, value in new.items())
+
+
+def failed_pass_status(previous: Mapping[str, Any], problem: Problem, generation: int, now: str) -> dict[str, Any]:
+    """The status of a pass that stopped at a failed step: everything observed before stays as it was (a partial
+    observation would misreport the fleet), `Degraded` says what failed."""
+    degraded = condition("Degraded", True, problem.reason, problem.message, generation, now)
+    return {"conditions": merge_conditions(list(previous.get("conditions") or []), [degraded])}
+
+
+def problem_event(previous: Mapping[str, Any], new: Mapping[str, Any]) -> Problem | None:
+    """The Warning event to post for this pass: one when `Degraded` turns to a problem or to another problem,
+    none while the same problem persists (a stuck pass does not post one event per pass). Pure."""
+
+    def degraded(status: Mapping[str, Any]) -> tuple[str, str, str] | None:
+        for c in status.get("conditions") or []:
+            if isinstance(c, dict) and c.get("type") == "Degraded":
+                return str(c.get("status")), str(c.get("reason")), str(c.get("message"))
+        return None
+
+    after = degraded(new)
+    if after is None or after[0] != "True" or after[1] not in PROBLEM_REASONS or degraded(previous) == after:
+        return None
+    return Problem(after[1], after[2])

@@ -3,14 +3,25 @@
 Facts from shared/reference/smg-router.md: ids are UUIDs (a URL is not accepted as id, so removal goes through
 `GET /workers`), POST of a known URL answers 409, changes are queued (202) and visible within about a second.
 Only fetching and sending here; deciding what to add or remove is `membership.plan_membership`.
+
+Every call ends within `timeout` seconds in total (`httpcall.bounded_request`), and an answer of any other shape
+than the documented one is a `RouterError`, never another exception: the pass then reports the router as unknown.
+Error messages name the method, the path and the HTTP status, never the router's words.
 """
 
+import json
 from dataclasses import dataclass
 from typing import Any
+from urllib.parse import quote
 
 import requests
 
+from ..httpcall import CallFailed, bounded_request, new_session
+
 DEFAULT_TIMEOUT_SECONDS = 5.0
+MAX_WORKERS_LISTED = 10_000
+"""More entries than any fleet registers: a longer list is not a worker list."""
+_MAX_FIELD_CHARS = 2048
 
 
 class RouterError(Exception):
@@ -25,45 +36,75 @@ class RouterWorker:
     healthy: bool
 
 
+def parse_workers(payload: Any) -> list[RouterWorker]:
+    """The entries of a `GET /workers` answer; ValueError (naming what is wrong, not quoting it) otherwise."""
+    if not isinstance(payload, dict):
+        raise ValueError(f"expected an object, got {type(payload).__name__}")
+    items = payload.get("workers", [])
+    if not isinstance(items, list):
+        raise ValueError(f"'workers' is {type(items).__name__}, not a list")
+    if len(items) > MAX_WORKERS_LISTED:
+        raise ValueError(f"{len(items)} workers listed, more than {MAX_WORKERS_LISTED}")
+    workers = []
+    for position, item in enumerate(items):
+        if not isinstance(item, dict):
+            raise ValueError(f"entry {position} is {type(item).__name__}, not an object")
+        identity, url = item.get("id"), item.get("url")
+        if not isinstance(identity, str) or not identity or len(identity) > _MAX_FIELD_CHARS:
+            raise ValueError(f"entry {position} has no usable 'id'")
+        if not isinstance(url, str) or not url or len(url) > _MAX_FIELD_CHARS:
+            raise ValueError(f"entry {position} has no usable 'url'")
+        status = item.get("status", "")
+        workers.append(
+            RouterWorker(
+                id=identity,
+                url=url,
+                status=status if isinstance(status, str) else "",
+                healthy=item.get("is_healthy") is True,
+            )
+        )
+    return workers
+
+
 class RouterClient:
     def __init__(self, base_url: str, api_key: str | None = None, timeout: float = DEFAULT_TIMEOUT_SECONDS) -> None:
         self.base_url = base_url.rstrip("/")
         self.timeout = timeout
-        self.session = requests.Session()
+        self.session = new_session()
         if api_key:
             self.session.headers["Authorization"] = f"Bearer {api_key}"
 
     def _call(self, method: str, path: str, **kwargs: Any) -> requests.Response:
         try:
-            return self.session.request(method, f"{self.base_url}{path}", timeout=self.timeout, **kwargs)
-        except requests.RequestException as exc:
-            raise RouterError(f"{method} {self.base_url}{path}: {exc}") from exc
+            return bounded_request(
+                self.session, method, f"{self.base_url}{path}", deadline_seconds=self.timeout, **kwargs
+            )
+        except CallFailed as exc:
+            raise RouterError(str(exc)) from exc
 
     def list_workers(self) -> list[RouterWorker]:
         response = self._call("GET", "/workers")
         if response.status_code != 200:
-            raise RouterError(f"GET /workers on {self.base_url}: HTTP {response.status_code} {response.text[:200]}")
-        return [
-            RouterWorker(
-                id=str(item["id"]),
-                url=str(item["url"]),
-                status=str(item.get("status", "")),
-                healthy=bool(item.get("is_healthy", False)),
+            raise RouterError(f"GET {self.base_url}/workers: HTTP {response.status_code}")
+        try:
+            return parse_workers(json.loads(response.content))
+        except (ValueError, RecursionError) as exc:  # not JSON, 1e400 and friends, or not the documented shape
+            why = (
+                "not JSON" if isinstance(exc, json.JSONDecodeError | UnicodeDecodeError | RecursionError) else str(exc)
             )
-            for item in response.json().get("workers", [])
-        ]
+            raise RouterError(f"GET {self.base_url}/workers: HTTP 200 with an unexpected answer ({why})") from exc
 
     def add_worker(self, url: str) -> None:
         response = self._call("POST", "/workers", json={"url": url})
         if response.status_code not in (200, 201, 202, 409):  # 409: already there, which is what we want
-            raise RouterError(
-                f"POST /workers {url} on {self.base_url}: HTTP {response.status_code} {response.text[:200]}"
-            )
+            raise RouterError(f"POST {self.base_url}/workers {url}: HTTP {response.status_code}")
 
     def remove_worker(self, worker_id: str) -> None:
-        response = self._call("DELETE", f"/workers/{worker_id}")
+        response = self._call("DELETE", f"/workers/{quote(worker_id, safe='')}")
         if response.status_code not in (200, 202, 204, 404):  # 404: already gone
-            raise RouterError(f"DELETE /workers/{worker_id} on {self.base_url}: HTTP {response.status_code}")
+            raise RouterError(
+                f"DELETE {self.base_url}/workers/<id>: HTTP {response.status_code}"
+            )  # the id is the router's
 
     def close(self) -> None:
         self.session.close()
