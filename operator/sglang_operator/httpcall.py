@@ -41,9 +41,17 @@ _CHUNK_BYTES = 64 * 1024
 class CallFailed(requests.RequestException):
     """A bounded call that failed; its message is safe to show in status (no response content).
 
-    `not_connected`: no connection could be opened (refused, no route): the server got nothing of the request."""
+    `not_connected`: no connection could be opened (refused, no route): the server got nothing of the request.
+    `timed_out`: the deadline ended the call."""
 
     not_connected: bool = False
+    timed_out: bool = False
+
+
+def _late(message: str) -> CallFailed:
+    failure = CallFailed(message)
+    failure.timed_out = True
+    return failure
 
 
 @dataclass
@@ -141,8 +149,15 @@ class DeadlineAdapter(HTTPAdapter):
 
 
 def _describe(method: str, url: str) -> str:
+    """`METHOD scheme://host:port/path`: no user info (a password in a URL), no query."""
     parts = urlsplit(url)
-    return f"{method} {parts.scheme}://{parts.netloc}{parts.path or '/'}"
+    host = parts.hostname or ""
+    host = f"[{host}]" if ":" in host else host
+    try:
+        port = f":{parts.port}" if parts.port else ""
+    except ValueError:
+        port = ""
+    return f"{method} {parts.scheme}://{host}{port}{parts.path or '/'}"
 
 
 @contextmanager
@@ -185,17 +200,16 @@ def bounded_request(
             )  # fmt: skip
         except requests.RequestException as exc:
             if guard.expired:
-                raise CallFailed(f"{what}: no answer within {deadline_seconds:g}s") from exc
+                raise _late(f"{what}: no answer within {deadline_seconds:g}s") from exc
             failure = CallFailed(f"{what}: {_reason(exc)}")
             failure.not_connected = _not_connected(exc)
+            failure.timed_out = isinstance(exc, requests.Timeout)
             raise failure from exc
         try:
             body = bytearray()
             while True:
                 if time.monotonic() >= deadline or guard.expired:
-                    raise CallFailed(
-                        f"{what}: HTTP {response.status_code}, body not complete within {deadline_seconds:g}s"
-                    )
+                    raise _late(f"{what}: HTTP {response.status_code}, body not complete within {deadline_seconds:g}s")
                 chunk = response.raw.read1(_CHUNK_BYTES)
                 if not chunk:
                     break
@@ -203,14 +217,14 @@ def bounded_request(
                 if len(body) > max_bytes:
                     raise CallFailed(f"{what}: HTTP {response.status_code}, body larger than {max_bytes} bytes")
             if guard.expired:  # the watchdog's shutdown reads as an early end of the body
-                raise CallFailed(f"{what}: HTTP {response.status_code}, body not complete within {deadline_seconds:g}s")
+                raise _late(f"{what}: HTTP {response.status_code}, body not complete within {deadline_seconds:g}s")
         except CallFailed:
             response.close()
             raise
         except Exception as exc:  # urllib3's protocol and decoding errors, a reset connection
             response.close()
             if guard.expired:
-                raise CallFailed(f"{what}: body not complete within {deadline_seconds:g}s") from exc
+                raise _late(f"{what}: body not complete within {deadline_seconds:g}s") from exc
             raise CallFailed(f"{what}: HTTP {response.status_code}, body unreadable ({type(exc).__name__})") from exc
     response._content = bytes(body)
     response._content_consumed = True

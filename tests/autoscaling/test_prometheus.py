@@ -7,6 +7,7 @@ answers. A real Prometheus is exercised by the e2e tests.
 import base64
 import json
 import threading
+import time
 from collections.abc import Callable, Iterator
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
@@ -27,6 +28,8 @@ from sglang_operator.autoscaling.prometheus import (
     fetch_samples,
     read_samples,
 )
+from sglang_operator.settings import ENV_ALLOWED_PROMETHEUS_URLS
+from tests.router.fakehttp import Reply, serving
 
 Answer = tuple[int, Any]  # (HTTP status, JSON body)
 
@@ -212,7 +215,7 @@ def test_a_malformed_series_is_an_error_not_an_exception(prometheus: Callable[..
     fake = prometheus({**HEALTHY, "[120s])))[": vector(3.0)})  # a vector where a matrix belongs
     samples, error = read_samples(connect(fake.url, 2), TARGET, WINDOWS, rise=SustainedRise())
     assert samples is not None and samples.qps_trend is None and samples.qps == 42.0
-    assert error is not None and error.startswith("qps_trend query failed: ValueError: malformed series")
+    assert error is not None and error == "qps_trend query failed: unexpected answer (malformed series)"
 
 
 def test_default_queries_select_the_deployment_by_its_pod_labels(prometheus: Callable[..., FakePrometheus]) -> None:
@@ -299,7 +302,7 @@ def test_unreachable_prometheus_is_reported(prometheus: Callable[..., FakePromet
     fake.server.server_close()
     samples, error = fetch_samples(url, "team-a", "chat", AutoscalingSpec(), now=5.0, timeout_seconds=1)
     assert samples is None
-    assert error is not None and "ConnectionError" in error
+    assert error == f"age_seconds query failed: GET {url}/api/v1/query: connection refused"
 
 
 def test_fetch_samples_wires_the_spec_windows(prometheus: Callable[..., FakePrometheus]) -> None:
@@ -371,6 +374,7 @@ def test_the_operators_token_goes_only_to_its_own_prometheus(
     token.write_text("first\n")
     monkeypatch.setenv(PROMETHEUS_URL_ENV, fake.url)
     monkeypatch.setenv(TOKEN_FILE_ENV, str(token))
+    monkeypatch.setenv(ENV_ALLOWED_PROMETHEUS_URLS, fake.url)  # the CR below that names its own URL is allowed it
     core = client.CoreV1Api(client.ApiClient())  # never called: no CR here names a Secret
 
     def authorizations(autoscaling: dict[str, Any]) -> set[str | None]:
@@ -392,3 +396,60 @@ def test_the_operators_token_goes_only_to_its_own_prometheus(
     assert (
         samples is None and error == f"--prometheus-bearer-token-file: cannot read {token}: No such file or directory"
     )
+
+
+class NoSecrets:
+    """A CoreV1Api stand-in that fails the test if anything reads a Secret."""
+
+    def read_namespaced_secret(self, *args: Any, **kwargs: Any) -> Any:
+        raise AssertionError("a Secret was read for a URL the operator does not allow")
+
+
+@pytest.mark.parametrize(
+    ("allowed", "url"),
+    [
+        ("", "{fake}"),  # nothing allowed: only the operator's default URL is used
+        ("http://prometheus.monitoring:9090", "{fake}"),
+        ("{fake}", "{fake}0"),  # a prefix allows paths under it, not a longer port
+    ],
+)
+def test_a_cr_url_the_operator_does_not_allow_is_never_contacted(
+    prometheus: Callable[..., FakePrometheus], monkeypatch: pytest.MonkeyPatch, allowed: str, url: str
+) -> None:
+    fake = prometheus(HEALTHY)
+    monkeypatch.setenv(ENV_ALLOWED_PROMETHEUS_URLS, allowed.format(fake=fake.url))
+    own_url = url.format(fake=fake.url)
+    auth = {"bearerTokenSecretRef": {"name": "prom", "key": "token"}}
+    spec = AutoscalingSpec.model_validate({"enabled": True, "prometheusURL": own_url, "prometheusAuth": auth})
+    samples, error = read_metrics(NoSecrets(), "team-a", "chat", spec, 1000.0)  # type: ignore[arg-type]
+    assert samples is None and fake.queries == []
+    assert error == (f"prometheusURL {own_url!r} is not allowed by the operator's settings (--allow-prometheus-url)")
+
+
+def test_an_allowed_cr_url_is_read(prometheus: Callable[..., FakePrometheus], monkeypatch: pytest.MonkeyPatch) -> None:
+    fake = prometheus(HEALTHY)
+    monkeypatch.setenv(ENV_ALLOWED_PROMETHEUS_URLS, f"http://other:9090,{fake.url}/")
+    spec = AutoscalingSpec.model_validate({"enabled": True, "prometheusURL": fake.url})
+    samples, error = read_metrics(NoSecrets(), "team-a", "chat", spec, 1000.0)  # type: ignore[arg-type]
+    assert error is None and samples is not None and samples.qps == 42.0
+
+
+@pytest.mark.parametrize("status", [200, 401, 500])
+def test_an_answer_body_never_reaches_the_error(prometheus: Callable[..., FakePrometheus], status: int) -> None:
+    leak = {"status": "error", "error": "SECRET-FROM-THE-SERVER", "data": "SECRET-FROM-THE-SERVER"}
+    fake = prometheus({"": (status, leak)})
+    samples, error = read_samples(connect(fake.url, 2), TARGET, WINDOWS)
+    assert samples is None and error is not None
+    assert "SECRET" not in error
+    assert error.startswith("age_seconds query failed: ")
+    assert (f"HTTP {status}" in error) if status != 200 else ("unexpected answer" in error)
+
+
+def test_a_dripping_prometheus_is_bounded_in_total() -> None:
+    answer = Reply(body=json.dumps(vector(1)[1]).encode(), drip_seconds=0.1)
+    with serving({("GET", "/api/v1/query"): answer}) as fake:
+        start = time.monotonic()
+        samples, error = read_samples(connect(fake.url, 1.0), TARGET, WINDOWS, timeout_seconds=1.0)
+        elapsed = time.monotonic() - start
+    assert samples is None and error == "age_seconds query failed: timed out after 1s"
+    assert elapsed < 1.0 + 1.0  # one query, ended by its total deadline (the body alone would drip for 7 s)

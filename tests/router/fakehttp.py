@@ -4,6 +4,8 @@ a hang, or a drip of one byte at a time. It records every request it received.""
 import json
 import socketserver
 import threading
+from collections.abc import Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -98,3 +100,15 @@ def start(fake: FakeHTTP) -> tuple[FakeHTTP, _Server]:
     fake.url = f"http://127.0.0.1:{server.server_address[1]}"
     threading.Thread(target=server.serve_forever, daemon=True).start()
     return fake, server
+
+
+@contextmanager
+def serving(routes: dict[tuple[str, str], Reply]) -> Iterator[FakeHTTP]:
+    """A started server; on exit every held or dripping answer ends and the server stops."""
+    fake, server = start(FakeHTTP(routes=dict(routes)))
+    try:
+        yield fake
+    finally:
+        fake.stopping.set()
+        server.shutdown()
+        server.server_close()

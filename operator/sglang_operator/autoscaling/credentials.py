@@ -16,6 +16,7 @@ from kubernetes import client
 from kubernetes.client.rest import ApiException
 
 from ..api.spec import PrometheusAuth
+from ..controller.kube import API_TIMEOUT
 from .prometheus import Credentials
 
 CA_DIR = Path(tempfile.gettempdir()) / "sglang-operator-prometheus-ca"
@@ -83,9 +84,11 @@ def _secret_value(core: client.CoreV1Api, namespace: str, name: str, key: str) -
 
 def _secret_data(core: client.CoreV1Api, namespace: str, name: str) -> dict[str, str]:
     try:
-        secret = core.read_namespaced_secret(name, namespace)
+        secret = core.read_namespaced_secret(name, namespace, _request_timeout=API_TIMEOUT)
     except ApiException as e:
         raise CredentialsError(f"prometheusAuth: cannot read Secret {namespace}/{name}: {e.status} {e.reason}") from e
+    except Exception as e:  # the API server unreachable or too slow
+        raise CredentialsError(f"prometheusAuth: cannot read Secret {namespace}/{name}: {type(e).__name__}") from e
     return dict(secret.data or {})
 
 

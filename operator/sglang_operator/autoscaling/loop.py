@@ -11,6 +11,7 @@ import os
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from typing import Any
+from urllib.parse import urlsplit
 
 from kubernetes import client
 
@@ -18,8 +19,10 @@ from ..api.constants import ANNOTATION_WARM, GROUP, LABEL_COMPONENT, LABEL_DEPLO
 from ..api.spec import AutoscalingSpec, PrometheusAuth, SGLangDeploymentSpec
 from ..api.validation import parse_spec
 from ..controller.apply import Writer
+from ..controller.kube import API_TIMEOUT
 from ..controller.reconcile import desired_replicas
 from ..controller.status import condition, merge_conditions
+from ..settings import OperatorSettings, load_settings
 from ..topology import topology
 from .credentials import CA_FILE_ENV, TOKEN_FILE_ENV, operator_credentials, resolve_credentials
 from .policy import decide
@@ -50,7 +53,7 @@ def fleet_state(
     status = body.get("status") or {}
     desired, _ = desired_replicas(spec, status)
     warm_ready = {
-        pod.metadata.labels.get("sglang.ai/replica")
+        (pod.metadata.labels or {}).get("sglang.ai/replica")
         for pod in pods
         if (pod.metadata.annotations or {}).get(ANNOTATION_WARM) == "true"
         and any(c.type == "Ready" and c.status == "True" for c in (pod.status.conditions or []))
@@ -90,7 +93,9 @@ def autoscaler_status(
 
 def autoscale_once(api: client.ApiClient, namespace: str, name: str, now: datetime | None = None) -> AutoscalePass:
     custom = client.CustomObjectsApi(api)
-    body: dict[str, Any] = custom.get_namespaced_custom_object(GROUP, VERSION, namespace, PLURAL, name)
+    body: dict[str, Any] = custom.get_namespaced_custom_object(
+        GROUP, VERSION, namespace, PLURAL, name, _request_timeout=API_TIMEOUT
+    )
     spec, _ = parse_spec(body.get("spec"))
     if spec is None or not spec.autoscaling.enabled:
         return AutoscalePass(None, False)
@@ -98,7 +103,12 @@ def autoscale_once(api: client.ApiClient, namespace: str, name: str, now: dateti
     shape = topology(spec)
     selector = f"{LABEL_DEPLOYMENT}={name},{LABEL_COMPONENT}=worker"
     core = client.CoreV1Api(api)
-    pods = core.list_namespaced_pod(namespace, label_selector=selector).items
+    uid = body["metadata"]["uid"]
+    pods = [
+        pod
+        for pod in core.list_namespaced_pod(namespace, label_selector=selector, _request_timeout=API_TIMEOUT).items
+        if any(ref.uid == uid and ref.controller for ref in pod.metadata.owner_references or [])
+    ]
     recommend_only = spec.autoscaling.recommend_only
     current = fleet_state(body, pods, spec, shape.gpus_per_replica, shape.concurrency_per_replica)
     previous_status = body.get("status") or {}
@@ -137,6 +147,12 @@ def read_metrics(
     url = autoscaling.prometheus_url or os.environ.get(PROMETHEUS_URL_ENV)
     if not url:
         return None, "no Prometheus URL: set spec.autoscaling.prometheusURL or --prometheus-url"
+    if autoscaling.prometheus_url and not prometheus_url_allowed(autoscaling.prometheus_url, load_settings()):
+        # Checked before anything is read or sent: no request to that URL, no Secret of prometheusAuth read.
+        return None, (
+            f"prometheusURL {autoscaling.prometheus_url[:200]!r} is not allowed by the operator's settings "
+            "(--allow-prometheus-url)"
+        )
     if autoscaling.prometheus_url or autoscaling.prometheus_auth != PrometheusAuth():
         credentials, error = resolve_credentials(core, namespace, autoscaling.prometheus_auth)
     else:
@@ -144,6 +160,11 @@ def read_metrics(
     if credentials is None:
         return None, error
     return fetch_samples(url, namespace, name, autoscaling, now, credentials=credentials)
+
+
+def prometheus_url_allowed(url: str, settings: OperatorSettings) -> bool:
+    """A CR's own Prometheus URL: http or https only, under a prefix the operator's admin allowed. Pure."""
+    return urlsplit(url).scheme in ("http", "https") and settings.prometheus_url_allowed(url)
 
 
 def scale_event(before: int | None, decision: Decision, running: int, recommend_only: bool) -> tuple[str, str]:

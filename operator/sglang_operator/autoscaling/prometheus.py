@@ -15,6 +15,7 @@ the fleet is at zero only the router can tell that requests are waiting.
 """
 
 import math
+import re
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, fields, replace
@@ -22,9 +23,11 @@ from typing import Any
 
 import requests
 from prometheus_api_client import PrometheusConnect
+from prometheus_api_client.exceptions import PrometheusApiClientException
 from urllib3.util.retry import Retry
 
 from ..api.spec import AutoscalingSpec, AutoscalingWindows, BurstyTraffic, ServiceLevel, SustainedRise
+from ..httpcall import BoundedSession, CallFailed
 from .signals import Samples
 
 DEFAULT_TIMEOUT_SECONDS = 5.0
@@ -186,9 +189,11 @@ class Credentials:
 def connect(
     url: str, timeout_seconds: float = DEFAULT_TIMEOUT_SECONDS, credentials: Credentials | None = None
 ) -> PrometheusConnect:
-    """A client that fails fast: one attempt per query (the next interval is the retry)."""
+    """A client that fails fast: one attempt per query (the next interval is the retry), each query ended by a
+    total deadline of `timeout_seconds` and an answer of at most `httpcall.MAX_BODY_BYTES` (prometheus-api-client
+    passes `timeout` to `requests`, which bounds each read, not the query: the `BoundedSession` bounds the whole)."""
     credentials = credentials or Credentials()
-    session = requests.Session()
+    session = BoundedSession(timeout_seconds)
     session.verify = credentials.verify
     return PrometheusConnect(
         url=url,
@@ -222,11 +227,9 @@ def read_samples(
             result = client.custom_query(query, timeout=timeout_seconds)
             values[name] = _series(result) if name in SERIES else _value(result, _COMBINE.get(name, sum))
         except Exception as e:  # whatever the client or Prometheus does wrong is reported, never raised
-            unreachable = isinstance(e, requests.ConnectionError | requests.Timeout)
-            if unreachable and "timed out" in str(e).lower():
-                error = f"{name} query failed: timed out after {timeout_seconds:g}s"
-            else:
-                error = f"{name} query failed: {type(e).__name__}: {_short(e)}"
+            late_or_refused = isinstance(e, CallFailed) and (e.timed_out or e.not_connected)
+            unreachable = late_or_refused or isinstance(e, requests.ConnectionError | requests.Timeout)
+            error = f"{name} query failed: {_why(e, timeout_seconds)}"
             if name in ESSENTIAL:
                 return None, error
             errors.append(error)
@@ -249,7 +252,7 @@ def fetch_samples(
     try:
         client = connect(url, timeout_seconds, credentials)
     except Exception as e:  # e.g. a malformed URL
-        return None, f"cannot use Prometheus at {url!r}: {type(e).__name__}: {_short(e)}"
+        return None, f"cannot use Prometheus at {url[:200]!r}: {type(e).__name__}"
     return read_samples(
         client,
         Target(namespace, name),
@@ -266,7 +269,7 @@ def fetch_samples(
 def _value(result: Any, combine: Callable[[list[float]], float]) -> float | None:
     """The number in an instant-vector answer; None for no series or NaN/Inf (e.g. 0/0 with no traffic)."""
     if not isinstance(result, list):
-        raise ValueError(f"expected a vector, got {type(result).__name__}")
+        raise _Malformed(f"expected a vector, got {type(result).__name__}")
     numbers = [x for x in (_sample(item) for item in result) if x is not None]
     return combine(numbers) if numbers else None
 
@@ -275,13 +278,13 @@ def _series(result: Any) -> tuple[tuple[float, float], ...] | None:
     """The (time, value) points of a range answer, oldest first; several series are summed point by point (a
     custom query may forget its outer aggregation). None for no series; NaN/Inf points are left out."""
     if not isinstance(result, list):
-        raise ValueError(f"expected a matrix, got {type(result).__name__}")
+        raise _Malformed(f"expected a matrix, got {type(result).__name__}")
     summed: dict[float, float] = {}
     for item in result:
         try:
             points = [(float(t), float(v)) for t, v in item["values"]]
-        except (KeyError, TypeError, ValueError) as e:
-            raise ValueError(f"malformed series {item!r}") from e
+        except (KeyError, TypeError, ValueError, OverflowError) as e:
+            raise _Malformed("malformed series") from e
         for t, v in points:
             if math.isfinite(v):
                 summed[t] = summed.get(t, 0.0) + v
@@ -291,8 +294,8 @@ def _series(result: Any) -> tuple[tuple[float, float], ...] | None:
 def _sample(item: Any) -> float | None:
     try:
         number = float(item["value"][1])
-    except (KeyError, IndexError, TypeError, ValueError) as e:
-        raise ValueError(f"malformed sample {item!r}") from e
+    except (KeyError, IndexError, TypeError, ValueError, OverflowError) as e:
+        raise _Malformed("malformed sample") from e
     return number if math.isfinite(number) else None
 
 
@@ -304,6 +307,24 @@ def _escape(value: str) -> str:
     return value.replace("\\", "\\\\").replace('"', '\\"')
 
 
-def _short(error: BaseException, limit: int = 200) -> str:
-    text = " ".join(str(error).split())
-    return text if len(text) <= limit else text[: limit - 3] + "..."
+class _Malformed(ValueError):
+    """An answer of another shape than PromQL's; the message names the shape, never the content."""
+
+
+_STATUS = re.compile(r"HTTP Status Code (\d{3})")
+
+
+def _why(error: BaseException, timeout_seconds: float) -> str:
+    """Why a query failed, for status: what failed, never what Prometheus (or whatever answered) said.
+
+    prometheus-api-client's own error quotes the whole response body; only its status code is kept."""
+    if isinstance(error, CallFailed):
+        return f"timed out after {timeout_seconds:g}s" if error.timed_out else str(error)
+    if isinstance(error, _Malformed):
+        return f"unexpected answer ({error})"
+    if isinstance(error, PrometheusApiClientException):
+        status = _STATUS.search(str(error))
+        return f"HTTP {status.group(1)}" if status else "error answer"
+    if isinstance(error, ValueError | KeyError | TypeError | IndexError | RecursionError):
+        return "unexpected answer (not a PromQL result)"
+    return type(error).__name__

@@ -23,9 +23,27 @@ _wakeups: dict[tuple[str, str], threading.Event] = {}
 _wakeups_lock = threading.Lock()
 
 
-def _wakeup(namespace: str, name: str) -> threading.Event:
+def _register(namespace: str, name: str) -> threading.Event:
     with _wakeups_lock:
         return _wakeups.setdefault((namespace, name), threading.Event())
+
+
+def _unregister(namespace: str, name: str, event: threading.Event) -> None:
+    """The daemon is gone (kopf stops it when the CR is deleted, or the operator stops): its entry goes too, so the
+    map holds running loops only. Only its own entry: a CR deleted and created again under the same name may have
+    registered a new loop already."""
+    with _wakeups_lock:
+        if _wakeups.get((namespace, name)) is event:
+            del _wakeups[(namespace, name)]
+
+
+def _wake(namespace: str, name: str) -> None:
+    """Wake the CR's loop if it runs. Events never add entries: a pod of a deleted CR (or any pod carrying the
+    label) must not grow the map."""
+    with _wakeups_lock:
+        event = _wakeups.get((namespace, name))
+    if event is not None:
+        event.set()
 
 
 @kopf.on.startup()
@@ -43,26 +61,29 @@ def configure(settings: kopf.OperatorSettings, **_: Any) -> None:
 def sgld_reconcile_loop(stopped: kopf.DaemonStopped, name: str, namespace: str | None, **_: Any) -> None:
     assert namespace is not None  # the CRD is namespaced
     reconciler = Reconciler(api_client())
-    wake = _wakeup(namespace, name)
-    while not stopped:
-        wake.clear()
-        try:
-            result = reconciler.reconcile(namespace, name)
-            if result.writes:
-                log.info("%s/%s: %s", namespace, name, result.writes)
-        except Exception:  # a failed pass is retried on the next one; the loop itself must survive
-            log.exception("reconcile of %s/%s failed", namespace, name)
-        deadline_left = RESYNC_SECONDS
-        while deadline_left > 0 and not stopped and not wake.is_set():
-            wake.wait(0.25)
-            deadline_left -= 0.25
+    wake = _register(namespace, name)
+    try:
+        while not stopped:
+            wake.clear()
+            try:
+                result = reconciler.reconcile(namespace, name)
+                if result.writes:
+                    log.info("%s/%s: %s", namespace, name, result.writes)
+            except Exception:  # a failed pass is retried on the next one; the loop itself must survive
+                log.exception("reconcile of %s/%s failed", namespace, name)
+            deadline_left = RESYNC_SECONDS
+            while deadline_left > 0 and not stopped and not wake.is_set():
+                wake.wait(0.25)
+                deadline_left -= 0.25
+    finally:
+        _unregister(namespace, name, wake)
 
 
 @kopf.on.update(GROUP, VERSION, PLURAL, field="spec")
 def sgld_spec_changed(name: str, namespace: str | None, **_: Any) -> None:
-    _wakeup(namespace or "", name).set()
+    _wake(namespace or "", name)
 
 
 @kopf.on.event("", "v1", "pods", labels={LABEL_DEPLOYMENT: kopf.PRESENT})
 def pod_changed(labels: Mapping[str, str], namespace: str | None, **_: Any) -> None:
-    _wakeup(namespace or "", labels[LABEL_DEPLOYMENT]).set()
+    _wake(namespace or "", labels[LABEL_DEPLOYMENT])
