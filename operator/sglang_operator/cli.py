@@ -131,6 +131,12 @@ def cmd_run(args: argparse.Namespace) -> int:
         liveness=args.liveness,
         prometheus_token_file=args.prometheus_bearer_token_file,
         prometheus_ca_file=args.prometheus_ca_file,
+        allowed_prometheus_urls=args.allow_prometheus_url or [],
+        allowed_host_paths=args.allow_host_path or [],
+        operator_namespace=args.operator_namespace,
+        operator_pod_labels=args.operator_pod_labels,
+        prometheus_namespace_labels=args.prometheus_namespace_labels,
+        prometheus_pod_labels=args.prometheus_pod_labels,
     )
 
 
@@ -170,6 +176,25 @@ def build_parser() -> argparse.ArgumentParser:
         help="bearer token for the default Prometheus, read every pass (e.g. the service account's token)",
     )
     run.add_argument("--prometheus-ca-file", metavar="PATH", help="CA bundle that signed the default Prometheus")
+    run.add_argument(
+        "--allow-prometheus-url",
+        action="append",
+        metavar="PREFIX",
+        help="URL prefix a CR's own autoscaling.prometheusURL may start with (repeatable; default: none, only "
+        "--prometheus-url is read)",
+    )
+    run.add_argument(
+        "--allow-host-path",
+        action="append",
+        metavar="PATH",
+        help="node directory (and below) a CR's model.cache.hostPath may name (repeatable; default: none)",
+    )
+    run.add_argument("--operator-namespace", metavar="NS", help="the operator's namespace, admitted by NetworkPolicies")
+    run.add_argument("--operator-pod-labels", metavar="K=V,...", help="the operator pods' labels (NetworkPolicies)")
+    run.add_argument(
+        "--prometheus-namespace-labels", metavar="K=V,...", help="labels of Prometheus' namespace (NetworkPolicies)"
+    )
+    run.add_argument("--prometheus-pod-labels", metavar="K=V,...", help="Prometheus pods' labels (NetworkPolicies)")
     run.add_argument("--liveness", metavar="URL", help="kopf health endpoint, e.g. http://0.0.0.0:8080/healthz")
     run.add_argument("-v", "--verbose", action="store_true")
     run.set_defaults(func=cmd_run)
