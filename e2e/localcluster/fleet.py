@@ -67,14 +67,19 @@ def install_crd(api: client.ApiClient) -> None:
 class OperatorProcess:
     """`sglang-operator run` as a local process against the admin kubeconfig; killable like a crashed pod."""
 
-    def __init__(self, kubeconfig: Path, namespaces: list[str], log_path: Path) -> None:
+    def __init__(
+        self, kubeconfig: Path, namespaces: list[str], log_path: Path, run_args: list[str] | None = None
+    ) -> None:
+        """`run_args`: more `run` flags, e.g. `["--allow-prometheus-url", url]` for CRs that name their own."""
         self.kubeconfig, self.namespaces, self.log_path = kubeconfig, namespaces, log_path
+        self.run_args = list(run_args or [])
         self.proc: subprocess.Popen[bytes] | None = None
 
     def start(self) -> OperatorProcess:
         command = [str(Path(sys.executable).parent / "sglang-operator"), "run"]
         for namespace in self.namespaces:
             command += ["--namespace", namespace]
+        command += self.run_args
         env = {**os.environ, "KUBECONFIG": str(self.kubeconfig)}
         self.log_path.parent.mkdir(parents=True, exist_ok=True)
         with self.log_path.open("ab") as log:

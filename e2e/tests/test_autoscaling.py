@@ -64,7 +64,9 @@ def operator_running(cluster: ClusterInfo, api_client: client.ApiClient, namespa
     if cluster.prometheus_url is None:
         pytest.fail("the local cluster runs without Prometheus; `python -m localcluster up` starts it")
     install_crd(api_client)
-    proc = OperatorProcess(cluster.kubeconfig, [namespace], cluster.state_dir / "logs" / f"operator-{namespace}.log")
+    log = cluster.state_dir / "logs" / f"operator-{namespace}.log"
+    # The CRs here name the local Prometheus as their own prometheusURL: the operator must allow it.
+    proc = OperatorProcess(cluster.kubeconfig, [namespace], log, ["--allow-prometheus-url", cluster.prometheus_url])
     proc.start()
     yield cluster.prometheus_url
     proc.stop()

@@ -28,6 +28,7 @@ from sglang_operator.api.spec import AutoscalingWindows, BasicAuthSecretRef, Pro
 from sglang_operator.autoscaling.credentials import resolve_credentials
 from sglang_operator.autoscaling.loop import autoscale_once
 from sglang_operator.autoscaling.prometheus import Target, connect, read_samples
+from sglang_operator.settings import ENV_ALLOWED_PROMETHEUS_URLS
 
 USER, PASSWORD = "autoscaler", "correct horse battery staple"
 START_TIMEOUT_S = 60.0
@@ -126,8 +127,13 @@ def metrics_condition(custom: client.CustomObjectsApi, namespace: str) -> dict[s
 
 
 def test_a_pass_with_a_missing_secret_holds_and_names_it(
-    guarded_prometheus: str, api_client: client.ApiClient, core: client.CoreV1Api, namespace: str
+    guarded_prometheus: str,
+    api_client: client.ApiClient,
+    core: client.CoreV1Api,
+    namespace: str,
+    monkeypatch: pytest.MonkeyPatch,
 ) -> None:
+    monkeypatch.setenv(ENV_ALLOWED_PROMETHEUS_URLS, guarded_prometheus)  # what `run --allow-prometheus-url` sets
     install_crd(api_client)
     custom = client.CustomObjectsApi(api_client)
     custom.create_namespaced_custom_object(GROUP, VERSION, namespace, PLURAL, deployment(guarded_prometheus, "prom"))
