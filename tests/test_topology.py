@@ -100,5 +100,31 @@ def test_readiness_endpoint_by_version(version: str, path: str) -> None:
 def test_user_args_come_last_and_version_default() -> None:
     spec = spec_of({"model": {"path": "m"}, "engine": {"args": ["--chunked-prefill-size", "4096"]}})
     assert launch_args(spec)[-3:] == ["--enable-metrics", "--chunked-prefill-size", "4096"]
-    assert spec.engine.version == "0.5.23"
+    assert spec.engine.version is None and spec.engine.sglang_version == "0.5.23"  # from the default image's tag
     assert spec.replicas == 1 and spec.router.enabled and spec.parallelism.tp == 1
+
+
+@pytest.mark.parametrize(
+    ("image", "flags", "ready"),
+    [
+        ("lmsysorg/sglang:v0.5.21-cu129", ["--dp-size", "4", "--enable-dp-attention"], "/ready"),
+        ("lmsysorg/sglang:v0.5.19", ["--dp-size", "4", "--enable-dp-attention"], "/health"),
+        ("lmsysorg/sglang:v0.5.22", ["--attn-dp-size", "4"], "/ready"),
+        ("lmsysorg/sglang:v0.5.15.post1-cu126", ["--dp-size", "4", "--enable-dp-attention"], "/health"),
+    ],
+)
+def test_the_version_comes_from_the_image_tag(image: str, flags: list[str], ready: str) -> None:
+    """`engine.image` alone picks the dialect: a 0.5.21 image exits on --attn-dp-size, a 0.5.19 one has no /ready."""
+    from sglang_operator.api.validation import parse_spec
+    from sglang_operator.render import Owner, render_all
+
+    spec, errors = parse_spec({"model": {"path": "m"}, "engine": {"image": image},
+                               "parallelism": {"tp": 8, "attentionDP": 4}})  # fmt: skip
+    assert errors == [] and spec is not None
+    pod = render_all(spec, Owner("f", "ns", "uid"))[0]
+    container = pod["spec"]["containers"][0]
+    command = container["command"]
+    start = command.index(flags[0])
+    assert command[start : start + len(flags)] == flags
+    assert "--attn-dp-size" not in command or flags[0] == "--attn-dp-size"
+    assert container["readinessProbe"]["httpGet"]["path"] == ready

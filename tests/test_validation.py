@@ -194,6 +194,21 @@ CASES: list[tuple[str, str, dict[str, Any], dict[str, Any]]] = [
     ("spec.autoscaling.prometheusAuth.headers", "HTTP tokens",
      {"autoscaling": {"prometheusAuth": {"headers": {"X Scope": "a"}}}},
      {"autoscaling": {"prometheusAuth": {"headers": {"X-Scope-OrgID": "a"}}}}),
+    ("spec.engine.version", "is required", {"engine": {"image": "registry.local/sglang:latest"}},
+     {"engine": {"image": "registry.local/sglang:latest", "version": "0.5.21"}}),
+    ("spec.engine.version", "contradicts", {"engine": {"image": "lmsysorg/sglang:v0.5.21-cu129", "version": "0.5.23"}},
+     {"engine": {"image": "lmsysorg/sglang:v0.5.21-cu129", "version": "0.5.21"}}),
+    ("spec.engine.version", "not a supported", {"engine": {"image": "lmsysorg/sglang:v0.4.6"}},
+     {"engine": {"image": "lmsysorg/sglang:v0.5.15.post1-cu126"}}),
+    ("spec.parallelism.moeA2ABackend", "not accepted by the SGLang release",
+     {"engine": {"image": "lmsysorg/sglang:v0.5.9"}, "parallelism": {"tp": 8, "ep": 8, "moeA2ABackend": "deepep_v2"}},
+     {"engine": {"image": "lmsysorg/sglang:v0.5.19"},
+      "parallelism": {"tp": 8, "ep": 8, "moeA2ABackend": "deepep_v2"}}),
+    ("spec.parallelism.attentionDP", "pplx", {"parallelism": {"tp": 8, "ep": 8, "moeA2ABackend": "pplx"}},
+     {"parallelism": {"tp": 8, "ep": 8, "attentionDP": 2, "moeA2ABackend": "pplx"}}),
+    ("spec.parallelism.attentionDP", "flashinfer_megamoe",
+     {"parallelism": {"tp": 8, "ep": 8, "attentionDP": 2, "moeA2ABackend": "flashinfer"}},
+     {"parallelism": {"tp": 8, "ep": 8, "attentionDP": 8, "moeA2ABackend": "flashinfer"}}),
 ]  # fmt: skip
 
 

@@ -8,18 +8,11 @@ spreads tp over `nnodes` pods; only rank 0 serves HTTP.
 from dataclasses import dataclass
 
 from .api.constants import DIST_INIT_PORT
+from .api.releases import ATTN_DP_FLAG_SINCE, READY_ENDPOINT_SINCE, parse_version
 from .api.spec import SGLangDeploymentSpec
 
-# SGLang releases where a flag or endpoint changed (checked against wheels, reference §"Version boundaries").
-ATTN_DP_FLAG_SINCE = (0, 5, 22)
-READY_ENDPOINT_SINCE = (0, 5, 20)
 # When maxRunningRequests is unset SGLang sizes it from the KV pool; the operator assumes this per DP rank.
 DEFAULT_MAX_RUNNING_REQUESTS = 64
-
-
-def parse_version(version: str) -> tuple[int, int, int]:
-    major, minor, patch = (int(part) for part in version.split(".")[:3])
-    return major, minor, patch
 
 
 @dataclass(frozen=True)
@@ -83,7 +76,7 @@ def launch_args(spec: SGLangDeploymentSpec, node_rank: int = 0, dist_init_host: 
     if par.dp > 1:
         args += ["--dp-size", str(par.dp)]
     if par.attention_dp > 1:
-        if uses_attn_dp_flag(engine.version):
+        if uses_attn_dp_flag(engine.sglang_version):
             args += ["--attn-dp-size", str(par.attention_dp)]
         else:
             args += ["--dp-size", str(par.attention_dp), "--enable-dp-attention"]

@@ -16,9 +16,9 @@ from .constants import (
     DEFAULT_ROUTER_METRICS_PORT,
     DEFAULT_ROUTER_PORT,
     DEFAULT_SGLANG_IMAGE,
-    DEFAULT_SGLANG_VERSION,
 )
 from .podtemplate import ABSOLUTE_PATH, DNS_SUBDOMAIN, QUANTITY, EnvVar, PodTemplateOverrides
+from .releases import SUPPORTED_RANGE, VERSION_PATTERN, image_tag_version
 
 MoeA2ABackend = Literal[
     "none",
@@ -121,11 +121,13 @@ class ModelSpec(SpecModel):
 
 class EngineSpec(SpecModel):
     image: str = Field(default=DEFAULT_SGLANG_IMAGE, min_length=1, max_length=512, pattern=NO_SPACE)
-    version: str = Field(
-        default=DEFAULT_SGLANG_VERSION,
+    version: str | None = Field(
+        default=None,
         max_length=32,
-        pattern=r"^\d+\.\d+\.\d+$",
-        description="SGLang version of the image; picks the launch-flag dialect and readiness endpoint.",
+        pattern=VERSION_PATTERN,
+        description=f"SGLang version of the image ({SUPPORTED_RANGE} supported); picks the launch-flag dialect, the "
+        "readiness endpoint and the values SGLang accepts. Default: the version in the image's tag (v0.5.21, "
+        "v0.5.21-cu129, v0.5.15.post1-cu126); required when the tag names none (a digest, latest, a private build).",
     )
     port: int = DEFAULT_ENGINE_PORT
     max_running_requests: int | None = Field(default=None, description="--max-running-requests per DP rank.")
@@ -141,6 +143,11 @@ class EngineSpec(SpecModel):
         "refused.",
     )
     env: list[EnvVar] = Field(default_factory=list, max_length=64)
+
+    @property
+    def sglang_version(self) -> str:
+        """The version the image runs: `version`, else the image tag's (validation makes one of them exist)."""
+        return self.version or image_tag_version(self.image) or ""
 
 
 class ParallelismSpec(SpecModel):

@@ -17,6 +17,7 @@ from pydantic import BaseModel, ValidationError
 
 from ..settings import PodPolicy
 from .limits import UPPER_BOUNDS
+from .release_rules import RELEASE_RULES
 from .rule import FieldError, Rule
 from .spec import EP_SPANNING_BACKENDS, PrometheusAuth, SGLangDeploymentSpec
 from .tenant_rules import TENANT_RULES
@@ -495,6 +496,7 @@ RULES: tuple[Rule, ...] = (
         holds=lambda s: not s.router.sticky_sessions.enabled or len(s.router.sticky_sessions.headers) > 0,
     ),
     *TENANT_RULES,
+    *RELEASE_RULES,
 )
 
 

@@ -11,6 +11,8 @@ import hashlib
 import json
 from typing import Any
 
+from pydantic import BaseModel
+
 from .. import names
 from ..api.constants import (
     ANNOTATION_REPLICA_NODES,
@@ -39,13 +41,24 @@ def revision_hash(spec: SGLangDeploymentSpec) -> str:
     """Hash of everything that shapes a worker pod; a new value starts a rollout.
 
     Replicas, router, autoscaling, update strategy and monitoring are left out: changing them must not restart
-    GPU servers.
+    GPU servers. The hashed form is kept as it was before the template and env were typed and the version became
+    optional (absent fields dropped, the effective version written out), so upgrading the operator does not roll
+    every fleet whose spec did not change.
     """
     shaping = spec.model_dump(
         by_alias=True, mode="json", include={"model", "engine", "parallelism", "resources", "template"}
     )
+    shaping["engine"]["version"] = spec.engine.sglang_version
+    shaping["engine"]["env"] = [
+        {"name": var.name, "value": var.value, "valueFrom": _without_none(var.value_from)} for var in spec.engine.env
+    ]
+    shaping["template"]["spec"] = _without_none(spec.template.spec)
     digest = hashlib.sha256(json.dumps(shaping, sort_keys=True).encode()).hexdigest()
     return digest[:10]
+
+
+def _without_none(model: BaseModel | None) -> dict[str, Any] | None:
+    return None if model is None else model.model_dump(by_alias=True, mode="json", exclude_none=True)
 
 
 def worker_labels(owner: Owner, revision: str, replica: int, rank: int) -> dict[str, str]:
@@ -128,7 +141,7 @@ def _probes(spec: SGLangDeploymentSpec, rank: int) -> dict[str, Any]:
             "failureThreshold": failures,
         }
 
-    ready = readiness_path(spec.engine.version) if rank == 0 else "/health"
+    ready = readiness_path(spec.engine.sglang_version) if rank == 0 else "/health"
     startup_failures = max(spec.engine.startup_timeout_seconds // PROBE_PERIOD_SECONDS, 1)
     return {
         "startupProbe": http("/health", PROBE_PERIOD_SECONDS, startup_failures),

@@ -1,0 +1,101 @@
+"""Rules that tie a spec to the SGLang release its image runs (`releases`): which version, and what that release's
+parser and checks accept. Part of `validation.RULES`, each with its CEL twin.
+
+The version comes from `engine.version` or, when unset, from the image's tag; the CEL reads the tag with the same
+regular expressions (`find`, Kubernetes' regex library), so the API server derives the same version.
+"""
+
+from .releases import (
+    MOE_A2A_BACKEND_SINCE,
+    NEWEST_SUPPORTED,
+    OLDEST_SUPPORTED,
+    SUPPORTED_RANGE,
+    TAG_VERSION_PATTERN,
+    Version,
+    format_version,
+    image_tag_version,
+    parse_version,
+    supported,
+)
+from .rule import Rule
+from .spec import SGLangDeploymentSpec
+
+_TAG_CEL = r":v?" + TAG_VERSION_PATTERN + r"([-_][^/:@]*)?(@sha256:[0-9a-f]+)?$"
+_EFFECTIVE_CEL = (
+    f"(has(self.engine.version) ? self.engine.version : self.engine.image.find(r'{_TAG_CEL}')"
+    f".find(r'{TAG_VERSION_PATTERN}'))"
+)
+_BASE_CEL = f"{_EFFECTIVE_CEL}.find(r'^[0-9]+\\.[0-9]+\\.[0-9]+')"
+_PAR = "self.parallelism"
+
+
+def _versions_from(since: Version) -> list[str]:
+    """Every supported base version at or after `since` (the supported releases share major.minor)."""
+    major, minor, _ = OLDEST_SUPPORTED
+    first = max(since[2], OLDEST_SUPPORTED[2])
+    return [format_version((major, minor, patch)) for patch in range(first, NEWEST_SUPPORTED[2] + 1)]
+
+
+def _cel_list(items: list[str]) -> str:
+    return "[" + ", ".join(f"'{item}'" for item in items) + "]"
+
+
+_GATED = {value: since for value, since in MOE_A2A_BACKEND_SINCE.items() if since > OLDEST_SUPPORTED}
+_GATED_CEL = "{" + ", ".join(f"'{v}': {_cel_list(_versions_from(s))}" for v, s in sorted(_GATED.items())) + "}"
+
+
+def _backend_available(spec: SGLangDeploymentSpec) -> bool:
+    version = spec.engine.sglang_version
+    backend = spec.parallelism.moe_a2a_backend
+    return not version or backend not in _GATED or parse_version(version) >= _GATED[backend]
+
+
+RELEASE_RULES: tuple[Rule, ...] = (
+    Rule(
+        field="spec.engine.version",
+        message="is required: the image's tag names no SGLang version (a digest, latest or a private build); set "
+        "engine.version to the version the image runs.",
+        cel=f"has(self.engine.version) || self.engine.image.matches(r'{_TAG_CEL}')",
+        holds=lambda s: s.engine.version is not None or image_tag_version(s.engine.image) is not None,
+    ),
+    Rule(
+        field="spec.engine.version",
+        message="contradicts the version in engine.image's tag; drop engine.version or make them agree.",
+        cel=f"!has(self.engine.version) || !self.engine.image.matches(r'{_TAG_CEL}') || "
+        f"self.engine.image.find(r'{_TAG_CEL}').find(r'{TAG_VERSION_PATTERN}') == self.engine.version",
+        holds=lambda s: s.engine.version is None or image_tag_version(s.engine.image) in (None, s.engine.version),
+    ),
+    Rule(
+        field="spec.engine.version",
+        message=f"is not a supported SGLang release: the operator renders and checks flags for {SUPPORTED_RANGE}; "
+        "use an image of those releases.",
+        cel=f"{_EFFECTIVE_CEL} == '' || {_BASE_CEL} in {_cel_list(_versions_from(OLDEST_SUPPORTED))}",
+        holds=lambda s: not s.engine.sglang_version or supported(s.engine.sglang_version),
+    ),
+    Rule(
+        field="spec.parallelism.moeA2ABackend",
+        message="is not accepted by the SGLang release the image runs ("
+        + "; ".join(f"{v} from {format_version(since)}" for v, since in sorted(_GATED.items()))
+        + "); pick a backend that release has, or a newer image.",
+        cel=f"{_EFFECTIVE_CEL} == '' || !({_PAR}.moeA2ABackend in {_GATED_CEL}) || "
+        f"{_BASE_CEL} in {_GATED_CEL}[{_PAR}.moeA2ABackend]",
+        holds=_backend_available,
+    ),
+    Rule(
+        field="spec.parallelism.attentionDP",
+        message="the pplx all-to-all backend needs attention data parallelism (attentionDP >= 2), as SGLang "
+        "checks at start-up; set attentionDP or pick another backend.",
+        cel=f"{_PAR}.moeA2ABackend != 'pplx' || {_PAR}.attentionDP >= 2",
+        holds=lambda s: s.parallelism.moe_a2a_backend != "pplx" or s.parallelism.attention_dp >= 2,
+    ),
+    Rule(
+        field="spec.parallelism.attentionDP",
+        message="the flashinfer and flashinfer_megamoe all-to-all backends need attentionDP == tp, as SGLang "
+        "checks at start-up; set attentionDP to tp or pick another backend.",
+        cel=f"!({_PAR}.moeA2ABackend in ['flashinfer', 'flashinfer_megamoe']) || {_PAR}.attentionDP == {_PAR}.tp",
+        holds=lambda s: (
+            s.parallelism.moe_a2a_backend not in ("flashinfer", "flashinfer_megamoe")
+            or s.parallelism.attention_dp == s.parallelism.tp
+        ),
+    ),
+)

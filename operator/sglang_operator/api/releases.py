@@ -1,0 +1,64 @@
+"""The SGLang releases the operator supports, and what changed between them that the operator renders or checks.
+
+Facts read from the released wheels' argument definitions (`tests/compat` re-reads them from the wheels and fails
+when this table and a release disagree). A version is `MAJOR.MINOR.PATCH` with an optional `.postN`; a post release
+behaves as its base release.
+"""
+
+import re
+from typing import Final
+
+Version = tuple[int, int, int]
+
+OLDEST_SUPPORTED: Final[Version] = (0, 5, 9)
+NEWEST_SUPPORTED: Final[Version] = (0, 5, 23)
+
+# First release whose parser accepts each --moe-a2a-backend value (values older than the oldest supported release
+# carry OLDEST_SUPPORTED).
+MOE_A2A_BACKEND_SINCE: Final[dict[str, Version]] = {
+    "none": (0, 5, 9),
+    "deepep": (0, 5, 9),
+    "mooncake": (0, 5, 9),
+    "mori": (0, 5, 9),
+    "ascend_fuseep": (0, 5, 9),
+    "flashinfer": (0, 5, 9),
+    "nixl": (0, 5, 18),
+    "megamoe": (0, 5, 18),
+    "pplx": (0, 5, 18),
+    "ascend_tp": (0, 5, 18),
+    "deepep_v2": (0, 5, 19),
+    "flashinfer_megamoe": (0, 5, 20),
+}
+
+ATTN_DP_FLAG_SINCE: Final[Version] = (0, 5, 22)
+"""`--attn-dp-size`; before it attention DP is `--dp-size N --enable-dp-attention`."""
+READY_ENDPOINT_SINCE: Final[Version] = (0, 5, 20)
+"""`GET /ready`; before it only `/health` exists."""
+
+VERSION_PATTERN: Final = r"^[0-9]+\.[0-9]+\.[0-9]+(\.post[0-9]+)?$"
+# The version at the start of an image tag: `v0.5.21`, `v0.5.21-cu129`, `0.5.15.post1-cu126`.
+TAG_VERSION_PATTERN: Final = r"[0-9]+\.[0-9]+\.[0-9]+(\.post[0-9]+)?"
+_TAG = re.compile(r":v?(" + TAG_VERSION_PATTERN + r")([-_][^/:@]*)?(@sha256:[0-9a-f]+)?$")
+
+
+def parse_version(version: str) -> Version:
+    """`0.5.15.post1` -> (0, 5, 15): a post release gates like its base release."""
+    major, minor, patch = (int(part) for part in version.split(".")[:3])
+    return major, minor, patch
+
+
+def image_tag_version(image: str) -> str | None:
+    """The SGLang version an image's tag names, or None for a digest-only reference, `latest` or a private tag."""
+    match = _TAG.search(image)
+    return match.group(1) if match else None
+
+
+def supported(version: str) -> bool:
+    return OLDEST_SUPPORTED <= parse_version(version) <= NEWEST_SUPPORTED
+
+
+def format_version(version: Version) -> str:
+    return ".".join(str(part) for part in version)
+
+
+SUPPORTED_RANGE: Final = f"{format_version(OLDEST_SUPPORTED)} to {format_version(NEWEST_SUPPORTED)}"
