@@ -1,5 +1,6 @@
 """The installed `sglang-operator` console script: output shapes and exit codes."""
 
+import io
 import json
 import shutil
 import subprocess
@@ -8,6 +9,8 @@ from pathlib import Path
 
 import pytest
 import yaml
+
+from sglang_operator import cli
 
 from .conftest import EXAMPLES, REPO
 
@@ -36,24 +39,81 @@ spec:
 
 @pytest.mark.parametrize("example", EXAMPLES, ids=[p.name for p in EXAMPLES])
 def test_examples_validate(example: Path) -> None:
-    result = run("validate", "-f", str(example))
+    # deepseek-v3-dpa.yaml caches weights under /models on the node: valid where the operator allows that path.
+    result = run("validate", "-f", str(example), "--allow-host-path", "/models")
     assert result.returncode == 0, result.stderr
     assert "valid" in result.stdout
+
+
+def test_host_path_cache_needs_the_operator_to_allow_it() -> None:
+    example = str(REPO / "examples" / "deepseek-v3-dpa.yaml")
+    refused = run("validate", "-f", example)
+    assert refused.returncode == 1 and refused.stdout == ""
+    assert refused.stderr == (
+        f"error: {example}: spec.model.cache.hostPath: /models/hf-cache is not under a node directory the operator "
+        "allows (allowed: none); use a persistentVolumeClaim or emptyDir cache, or ask the cluster admin to allow "
+        "the path (--allow-host-path).\n"
+    )
+    elsewhere = run("render", "-f", example, "--allow-host-path", "/data")
+    assert elsewhere.returncode == 1 and elsewhere.stdout == "" and "(allowed: /data)" in elsewhere.stderr
+    assert run("render", "-f", example, "--allow-host-path", "/models/").returncode == 0
 
 
 def test_validate_json_errors(tmp_path: Path) -> None:
     result = run("validate", "-f", write(tmp_path, INVALID), "-o", "json")
     assert result.returncode == 1
     payload = json.loads(result.stdout)
-    assert payload["valid"] is False
+    assert payload["valid"] is False and payload["file"].endswith("cr.yaml")
     assert payload["errors"][0]["field"] == "spec.parallelism.attentionDP"
     assert "divisible by attentionDP" in payload["errors"][0]["message"]
 
 
 def test_validate_text_errors_go_to_stderr(tmp_path: Path) -> None:
-    result = run("validate", "-f", write(tmp_path, INVALID))
+    path = write(tmp_path, INVALID)
+    result = run("validate", "-f", path)
     assert result.returncode == 1 and result.stdout == ""
-    assert result.stderr.startswith("error: spec.parallelism.attentionDP: ")
+    assert result.stderr.startswith(f"error: {path}: spec.parallelism.attentionDP: ")
+
+
+def test_every_problem_is_one_line_naming_file_and_field(tmp_path: Path) -> None:
+    text = INVALID.replace("name: bad", "name: Bad.Name").replace("tp: 6, attentionDP: 4", "tp: 1, dp: 0")
+    text += "  replica: 3\n"
+    path = write(tmp_path, text)
+    result = run("validate", "-f", path)
+    assert result.returncode == 1
+    lines = result.stderr.splitlines()
+    fields = [line.removeprefix(f"error: {path}: ").split(": ", 1)[0] for line in lines]
+    assert fields == ["metadata.name", "spec.replica", "spec.parallelism.dp"], result.stderr
+    assert "did you mean replicas?" in lines[1]
+
+
+def test_stdin_is_named_stdin() -> None:
+    result = run("validate", "-f", "-", stdin="apiVersion: sglang.ai/v1alpha1\nkind: SGLangDeployment\nspec: {}\n")
+    assert result.returncode == 1
+    assert result.stderr.splitlines()[0] == "error: <stdin>: metadata.name: is required."
+
+
+def test_control_characters_in_fields_are_shown_escaped(tmp_path: Path) -> None:
+    text = INVALID.replace("tp: 6, attentionDP: 4", 'tp: 1, "evil\\e[2J\\nkey": 1')
+    result = run("validate", "-f", write(tmp_path, text))
+    assert result.returncode == 1
+    assert "\x1b" not in result.stderr and "spec.parallelism.evil\\x1b[2J\\nkey: unknown field" in result.stderr
+    assert len(result.stderr.splitlines()) == 1
+
+
+def test_many_problems_are_capped(tmp_path: Path) -> None:
+    env = ", ".join(f"{{name: 'bad name {i}'}}" for i in range(40))
+    sidecars = ", ".join(f"{{name: 'Side{i}', image: 'a b'}}" for i in range(8))
+    text = INVALID.replace("tp: 6, attentionDP: 4", "tp: 1") + "  engine: {env: [" + env + "]}\n"
+    text += "  template: {spec: {containers: [" + sidecars + "]}}\n"
+    text += "".join(f"  unknown{i}: 1\n" for i in range(90))
+    path = write(tmp_path, text)
+    result = run("validate", "-f", path)
+    lines = result.stderr.splitlines()
+    assert result.returncode == 1 and len(lines) == 101
+    assert lines[-1].startswith(f"error: {path}: ... and ") and lines[-1].endswith(" more")
+    payload = json.loads(run("validate", "-f", path, "-o", "json").stdout)
+    assert len(payload["errors"]) == 100 and payload["moreErrors"] == int(lines[-1].split()[-2])
 
 
 def test_render_yaml_stream_and_json_list() -> None:
@@ -79,7 +139,7 @@ def test_render_reads_stdin() -> None:
 @pytest.mark.parametrize(
     ("text", "fragment"),
     [
-        ("spec: [unclosed", "invalid YAML at line 1"),
+        ("spec: [unclosed", "did not find expected ',' or ']' (while parsing a flow sequence at line 1)"),
         ("apiVersion: apps/v1\nkind: Deployment\nmetadata: {name: x}\n", "expected kind SGLangDeployment"),
         (
             "apiVersion: sglang.ai/v1\nkind: SGLangDeployment\nmetadata: {name: x}\n",
@@ -99,6 +159,44 @@ def test_unusable_input_is_one_line_exit_2(tmp_path: Path, text: str, fragment: 
 def test_unreadable_file_exit_2(tmp_path: Path) -> None:
     result = run("validate", "-f", str(tmp_path / "missing.yaml"))
     assert result.returncode == 2 and "cannot read" in result.stderr
+    directory = run("render", "-f", str(tmp_path))
+    assert directory.returncode == 2 and directory.stderr == f"error: cannot read {tmp_path}: Is a directory\n"
+
+
+def test_render_refuses_more_pods_than_it_prints(tmp_path: Path) -> None:
+    big = INVALID.replace("tp: 6, attentionDP: 4", "tp: 8, nnodes: 8") + "  replicas: 512\n"
+    result = run("render", "-f", write(tmp_path, big))
+    assert result.returncode == 2 and result.stdout == ""
+    assert "render prints at most 1024 worker pods and this fleet has 4096 (replicas x nnodes)" in result.stderr
+    assert run("validate", "-f", write(tmp_path, big)).returncode == 0  # a valid fleet, only too big to print
+    at_limit = INVALID.replace("tp: 6, attentionDP: 4", "tp: 8, nnodes: 2") + "  replicas: 512\n"
+    result = run("render", "-f", write(tmp_path, at_limit), "-o", "json")
+    assert result.returncode == 0
+    assert sum(item["kind"] == "Pod" for item in json.loads(result.stdout)["items"]) == 1024
+
+
+def test_render_into_a_closed_pipe_is_quiet(
+    monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    # `render | head`: this sandbox's pipes never report a closed reader, so the closed pipe is played in-process.
+    class ClosedPipe(io.StringIO):
+        def write(self, _: str) -> int:
+            raise BrokenPipeError(32, "Broken pipe")
+
+    monkeypatch.setattr(sys, "stdout", ClosedPipe())
+    assert cli.main(["render", "-f", str(REPO / "examples" / "quickstart.yaml")]) == 1
+    assert capsys.readouterr().err == ""
+
+
+def test_last_resort_guard_is_one_line(monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]) -> None:
+    def explode(*_: object, **__: object) -> None:
+        raise RuntimeError("boom\nsecond line")
+
+    monkeypatch.setattr(cli, "check_cr", explode)
+    assert cli.main(["validate", "-f", str(REPO / "examples" / "quickstart.yaml")]) == 2
+    captured = capsys.readouterr()
+    assert captured.out == ""
+    assert captured.err == "error: internal error: RuntimeError: boom\\nsecond line\n"
 
 
 def test_too_long_name_is_rejected(tmp_path: Path) -> None:

@@ -1,101 +1,118 @@
 """`sglang-operator {run,render,validate,plan,sim}`.
 
 Exit codes: 0 success; 1 the CR is invalid (render/validate); 2 the command could not run (unreadable file,
-YAML error, wrong kind or apiVersion, bad arguments). Errors go to stderr as one line each, never a traceback.
+YAML error, wrong kind or apiVersion, bad arguments). Errors go to stderr as one line each, never a traceback:
+`error: <file>: <field>: <problem>`. Reading the file is bounded (`crfile`), and so is what `render` prints.
 """
 
 import argparse
+import contextlib
 import json
+import os
 import sys
-from dataclasses import dataclass
-from pathlib import Path
 from typing import Any, NoReturn
 
 import yaml
 
-from .api.constants import API_VERSION, KIND
 from .api.spec import SGLangDeploymentSpec
-from .api.validation import NAME_RULE, FieldError, parse_spec
+from .api.validation import NAME_RULE, check_pod_policy, parse_spec
 from .capacity import replicas_for_load
+from .crfile import CRFileError, LoadedCR, Problem, load_cr
 from .render import Owner, render_all
+from .settings import PodPolicy
 
-PLACEHOLDER_UID = "00000000-0000-0000-0000-000000000000"
+MAX_ERROR_LINES = 100
+"""Problems printed per file; a list of 100,000 wrong items says the same thing after the first hundred."""
+MAX_LINE_CHARS = 1000
+"""Characters printed per problem: the field and the rule come first, the quoted input last."""
+MAX_RENDERED_PODS = 1024
+"""Worker pods `render` prints at most (about 3 MB of YAML, 2 s): a preview, never an unbounded amount of output."""
+_Dumper: type[yaml.SafeDumper] = getattr(yaml, "CSafeDumper", yaml.SafeDumper)  # libyaml's emitter: same text, faster
 
 
 class UsageError(Exception):
     """The command cannot run at all (exit 2)."""
 
 
-@dataclass(frozen=True)
-class LoadedCR:
-    owner: Owner
-    raw_spec: Any
+def check_cr(cr: LoadedCR, policy: PodPolicy | None = None) -> tuple[SGLangDeploymentSpec | None, list[Problem]]:
+    """Everything wrong with the CR (its metadata, its spec with unknown fields as errors, then what the operator's
+    pod policy refuses: by default, as the default operator, no node directory at all); the spec only when nothing
+    is."""
+    problems = list(cr.meta_errors)
+    if not cr.meta.name and not problems:
+        problems.append(Problem("metadata.name", "is required."))
+    elif cr.meta.name:
+        problems += [Problem(e.field, e.message) for e in NAME_RULE.check(cr.meta.name)]
+    spec, errors = parse_spec(cr.raw_spec, strict=True)
+    problems += [Problem(e.field, e.message) for e in errors]
+    if spec is not None:
+        problems += [Problem(e.field, e.message) for e in check_pod_policy(spec, policy or PodPolicy())]
+    return (spec if not problems else None), problems
 
 
-def load_cr(path: str) -> LoadedCR:
-    try:
-        text = sys.stdin.read() if path == "-" else Path(path).read_text()
-    except OSError as exc:
-        raise UsageError(f"cannot read {path}: {exc.strerror or exc}") from exc
-    try:
-        documents = [doc for doc in yaml.safe_load_all(text) if doc is not None]
-    except yaml.YAMLError as exc:
-        mark = getattr(exc, "problem_mark", None)
-        where = f" at line {mark.line + 1}" if mark is not None else ""
-        raise UsageError(f"{path}: invalid YAML{where}: {getattr(exc, 'problem', exc)}") from exc
-    if len(documents) != 1 or not isinstance(documents[0], dict):
-        raise UsageError(f"{path}: expected exactly one {KIND} object, found {len(documents)} documents")
-    doc = documents[0]
-    if doc.get("kind") != KIND or doc.get("apiVersion") != API_VERSION:
-        raise UsageError(
-            f"{path}: expected kind {KIND} and apiVersion {API_VERSION}, "
-            f"got kind {doc.get('kind')!r} and apiVersion {doc.get('apiVersion')!r}"
-        )
-    meta = doc.get("metadata") or {}
-    owner = Owner(
-        name=str(meta.get("name") or ""),
-        namespace=str(meta.get("namespace") or "default"),
-        uid=str(meta.get("uid") or PLACEHOLDER_UID),
-    )
-    return LoadedCR(owner=owner, raw_spec=doc.get("spec"))
+def printable(text: str, limit: int = MAX_LINE_CHARS) -> str:
+    """`text` as one line of at most `limit` characters: control characters (a newline, an escape sequence a
+    tenant put in a field name) are shown escaped instead of acting on the terminal."""
+    if not text.isprintable():
+        text = "".join(c if c.isprintable() else repr(c)[1:-1] for c in text)
+    return text if len(text) <= limit else f"{text[: limit - 40]}... ({len(text) - limit + 40} more characters)"
 
 
-def check_cr(cr: LoadedCR) -> tuple[SGLangDeploymentSpec | None, list[FieldError]]:
-    name_errors = [FieldError("metadata.name", "is required.")] if not cr.owner.name else NAME_RULE.check(cr.owner.name)
-    spec, errors = parse_spec(cr.raw_spec)
-    errors = name_errors + errors
-    return (spec if not errors else None), errors
+def _shown(errors: list[Problem]) -> list[Problem]:
+    return [Problem(printable(e.field, 200), printable(e.message)) for e in errors[:MAX_ERROR_LINES]]
 
 
-def _print_errors(errors: list[FieldError]) -> None:
-    for error in errors:
-        print(f"error: {error}", file=sys.stderr)
+def _print_errors(source: str, errors: list[Problem]) -> None:
+    for error in _shown(errors):
+        print(f"error: {printable(source, 200)}: {error}", file=sys.stderr)
+    if len(errors) > MAX_ERROR_LINES:
+        print(f"error: {printable(source, 200)}: ... and {len(errors) - MAX_ERROR_LINES} more", file=sys.stderr)
+
+
+def _policy(args: argparse.Namespace) -> PodPolicy:
+    return PodPolicy(allowed_host_paths=tuple(args.allow_host_path or ()))
+
+
+def _owner(cr: LoadedCR) -> Owner:
+    return Owner(name=cr.meta.name, namespace=cr.meta.namespace, uid=cr.meta.uid)
 
 
 def cmd_validate(args: argparse.Namespace) -> int:
     cr = load_cr(args.file)
-    _, errors = check_cr(cr)
+    _, errors = check_cr(cr, _policy(args))
     if args.output == "json":
-        payload = {"valid": not errors, "errors": [{"field": e.field, "message": e.message} for e in errors]}
+        payload: dict[str, Any] = {
+            "file": cr.source,
+            "valid": not errors,
+            "errors": [{"field": e.field, "message": e.message} for e in _shown(errors)],
+        }
+        if len(errors) > MAX_ERROR_LINES:
+            payload["moreErrors"] = len(errors) - MAX_ERROR_LINES
         print(json.dumps(payload, indent=2))
     elif errors:
-        _print_errors(errors)
+        _print_errors(cr.source, errors)
     else:
-        print(f"{cr.owner.namespace}/{cr.owner.name}: valid")
+        print(f"{printable(cr.meta.namespace, 200)}/{printable(cr.meta.name, 200)}: valid")
     return 1 if errors else 0
 
 
 def cmd_render(args: argparse.Namespace) -> int:
     cr = load_cr(args.file)
-    spec, errors = check_cr(cr)
+    spec, errors = check_cr(cr, _policy(args))
     if spec is None:
-        _print_errors(errors)
+        _print_errors(cr.source, errors)
         return 1
-    objects = render_all(spec, cr.owner)
+    pods = spec.replicas * spec.parallelism.nnodes
+    if pods > MAX_RENDERED_PODS:
+        raise UsageError(
+            f"{cr.source}: render prints at most {MAX_RENDERED_PODS} worker pods and this fleet has {pods} "
+            "(replicas x nnodes); lower spec.replicas to preview it"
+        )
+    objects = render_all(spec, _owner(cr))
     if args.output == "json":
         print(json.dumps({"apiVersion": "v1", "kind": "List", "items": objects}, indent=2))
     else:
-        print(yaml.safe_dump_all(objects, sort_keys=False, width=120), end="")
+        print(yaml.dump_all(objects, Dumper=_Dumper, sort_keys=False, width=120), end="")
     return 0
 
 
@@ -145,6 +162,16 @@ class _Parser(argparse.ArgumentParser):
         self.exit(2, f"{self.prog}: error: {message}\n")
 
 
+def _add_policy_flags(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument(
+        "--allow-host-path",
+        action="append",
+        metavar="PATH",
+        help="check against an operator that allows model.cache.hostPath under PATH (as run --allow-host-path; "
+        "default: none, as the default operator)",
+    )
+
+
 def build_parser() -> argparse.ArgumentParser:
     parser = _Parser(prog="sglang-operator", description="Run and check fleets of SGLang servers on Kubernetes.")
     sub = parser.add_subparsers(dest="command", required=True, parser_class=_Parser)
@@ -152,11 +179,13 @@ def build_parser() -> argparse.ArgumentParser:
     render = sub.add_parser("render", help="print every child object of the CR in FILE")
     render.add_argument("-f", "--file", required=True, help="SGLangDeployment YAML ('-' for stdin)")
     render.add_argument("-o", "--output", choices=["yaml", "json"], default="yaml")
+    _add_policy_flags(render)
     render.set_defaults(func=cmd_render)
 
     validate = sub.add_parser("validate", help="check the CR in FILE against every rule the API server enforces")
     validate.add_argument("-f", "--file", required=True, help="SGLangDeployment YAML ('-' for stdin)")
     validate.add_argument("-o", "--output", choices=["text", "json"], default="text")
+    _add_policy_flags(validate)
     validate.set_defaults(func=cmd_validate)
 
     plan = sub.add_parser("plan", help="replicas for a load, by Little's law: ceil(QPS x latency / concurrency)")
@@ -211,12 +240,23 @@ def main(argv: list[str] | None = None) -> int:
 
         return sim_main(argv[1:])
     args = build_parser().parse_args(argv)
+    if args.command == "run":
+        return int(args.func(args))  # the operator's own failures keep their tracebacks, for its logs
     try:
-        result = int(args.func(args))
-    except UsageError as exc:
-        print(f"error: {exc}", file=sys.stderr)
+        return int(args.func(args))
+    except (UsageError, CRFileError) as exc:
+        print(f"error: {printable(str(exc))}", file=sys.stderr)
         return 2
-    return result
+    except BrokenPipeError:
+        # `render | head`: the reader left. Say nothing more; what stdout still buffers goes to /dev/null at exit
+        # instead of raising again there (the recipe of Python's signal docs).
+        with contextlib.suppress(OSError, ValueError):
+            os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
+        return 1
+    except Exception as exc:
+        # Last resort, never expected (the tests' fuzzers check that nothing reaches it): one line, no traceback.
+        print(f"error: internal error: {type(exc).__name__}: {printable(str(exc), 300)}", file=sys.stderr)
+        return 2
 
 
 if __name__ == "__main__":
