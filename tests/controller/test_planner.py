@@ -2,7 +2,7 @@
 
 from sglang_operator.api.spec import UpdateStrategy
 from sglang_operator.controller.observed import PodView, ReplicaView
-from sglang_operator.controller.planner import Event, Targets, plan_replicas
+from sglang_operator.controller.planner import BURST_PODS, Event, Targets, plan_replicas
 
 REV, OLD = "new", "old"
 
@@ -128,3 +128,25 @@ def test_surplus_warm_replicas_are_deleted_without_drain() -> None:
 def test_scale_to_zero_drains_everything() -> None:
     plan = plan_replicas([replica(0), replica(1)], targets(0), {}, set(), now=0)
     assert sorted(plan.drain) == [0, 1]
+
+
+def test_one_pass_creates_drains_and_deletes_at_most_a_burst() -> None:
+    """The planner does not rely on validation's bound on replicas: 2**63 - 1 plans one burst of work."""
+    huge = Targets(2**63 - 1, 2**63 - 1, "r1", UpdateStrategy(), burst=32)
+    plan = plan_replicas([], huge, {}, set(), now=0)
+    assert plan.create_active == list(range(32)) and plan.create_warm == []
+    assert any("more on later passes" in e.message for e in plan.events)
+    many = [replica(i) for i in range(100)]
+    assert len(plan_replicas(many, targets(0), {}, set(), now=0).drain) == BURST_PODS
+
+
+def test_an_unknown_load_is_not_zero_the_drain_waits_for_its_timeout() -> None:
+    draining = [replica(0), replica(1, draining=100.0)]
+    unknown = {1: "GET http://w1/v1/loads: HTTP 500"}
+    assert plan_replicas(draining, targets(1, drain=60), {}, {1}, now=110, unknown_loads=unknown).delete == []
+    timed_out = plan_replicas(draining, targets(1, drain=60), {}, {1}, now=161, unknown_loads=unknown)
+    assert timed_out.delete == [1]
+    assert [e.message for e in timed_out.events if e.reason == "Drained"] == [
+        "replica 1 drain timed out after 60s (in-flight requests unknown: GET http://w1/v1/loads: HTTP 500);"
+        " deleting it"
+    ]
