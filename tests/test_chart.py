@@ -18,6 +18,12 @@ import yaml
 
 from localcluster.helm import CHART_DIR, INSTALL_MANIFEST, ensure_helm, helm_template, install_manifest
 from sglang_operator.api.constants import CRD_NAME
+from sglang_operator.settings import (
+    ENV_OPERATOR_NAMESPACE,
+    ENV_OPERATOR_POD_LABELS,
+    ENV_PROMETHEUS_POD_LABELS,
+    load_settings,
+)
 
 KUBE_VERSION = "1.34.0"
 CRD_FILE = "sglang.ai_sglangdeployments.yaml"
@@ -25,8 +31,8 @@ REPO_ROOT = CHART_DIR.parent.parent
 
 # Every (apiGroup, resource) the operator calls and the verbs it uses: controller/apply.py and reconcile.py
 # (pods list/create/patch/delete, services and deployments get/create/patch, the API-key secret get, events,
-# the CR get and its status patch, PodMonitors) and kopf (watches pods and the CR, patches the CR's finalizer
-# and annotations, posts events, watches CRDs for its resource discovery).
+# the CR get and its status patch, PodMonitors, the optional NetworkPolicy) and kopf (watches pods and the CR,
+# patches the CR's finalizer and annotations, posts events, watches CRDs for its resource discovery).
 NAMESPACED_PERMISSIONS: dict[tuple[str, str], set[str]] = {
     ("", "pods"): {"list", "watch", "create", "patch", "delete"},
     ("", "services"): {"get", "create", "patch"},
@@ -36,6 +42,7 @@ NAMESPACED_PERMISSIONS: dict[tuple[str, str], set[str]] = {
     ("sglang.ai", "sglangdeployments"): {"get", "list", "watch", "patch"},
     ("sglang.ai", "sglangdeployments/status"): {"patch"},
     ("monitoring.coreos.com", "podmonitors"): {"get", "create", "patch"},
+    ("networking.k8s.io", "networkpolicies"): {"get", "list", "watch", "create", "patch", "delete"},
 }
 CLUSTER_PERMISSIONS: dict[tuple[str, str], set[str]] = {
     ("apiextensions.k8s.io", "customresourcedefinitions"): {"list", "watch"},
@@ -89,6 +96,10 @@ VARIANTS = {
         "--set-json", 'imagePullSecrets=[{"name":"registry"}]',
         "--set-json", 'extraEnv=[{"name":"TZ","value":"UTC"}]',
         "--set", "image.tag=0.2.0",
+        "--set-json", 'podPolicy.allowedHostPaths=["/models","/mnt/hf cache"]',
+        "--set-json", 'allowedPrometheusURLs=["http://prometheus.monitoring.svc:9090","https://thanos.example:9091/"]',
+        "--set-json", 'networkPolicy.prometheus.namespaceLabels={"kubernetes.io/metadata.name":"monitoring"}',
+        "--set-json", 'networkPolicy.prometheus.podLabels={"app.kubernetes.io/name":"prometheus","team":"obs"}',
     ],
     "bring-your-own-account": ["--set", "serviceAccount.create=false", "--set", "serviceAccount.name=ops",
                                "--set", "rbac.create=false"],
@@ -124,7 +135,12 @@ def test_default_deployment_runs_the_operator_image_locked_down(helm: Path) -> N
     assert container["image"] == "ghcr.io/sglang-operator/sglang-operator:0.1.0"
     assert (container["command"], container["args"]) == (
         ["sglang-operator"],
-        ["run", "--liveness=http://0.0.0.0:8080/healthz"],
+        [
+            "run",
+            "--operator-namespace=sglang-operator",
+            "--operator-pod-labels=app.kubernetes.io/instance=sglang-operator,app.kubernetes.io/name=sglang-operator",
+            "--liveness=http://0.0.0.0:8080/healthz",
+        ],
     )
     assert pod["serviceAccountName"] == "sglang-operator"
     assert pod["securityContext"]["runAsNonRoot"] is True
@@ -146,10 +162,37 @@ def test_values_reach_the_command_line(helm: Path) -> None:
         "--prometheus-url=http://prometheus.monitoring.svc:9090",
         "--prometheus-bearer-token-file=/var/run/secrets/kubernetes.io/serviceaccount/token",
         "--prometheus-ca-file=/etc/prometheus-ca/ca.crt",
+        "--allow-host-path=/models",
+        "--allow-host-path=/mnt/hf cache",
+        "--allow-prometheus-url=http://prometheus.monitoring.svc:9090",
+        "--allow-prometheus-url=https://thanos.example:9091/",
+        "--operator-namespace=sglang-operator",
+        "--operator-pod-labels=app.kubernetes.io/instance=sglang-operator,app.kubernetes.io/name=sglang-operator",
+        "--prometheus-namespace-labels=kubernetes.io/metadata.name=monitoring",
+        "--prometheus-pod-labels=app.kubernetes.io/name=prometheus,team=obs",
         "--verbose",
         "--liveness=http://0.0.0.0:8080/healthz",
     ]
     assert container["livenessProbe"]["httpGet"] == {"path": "/healthz", "port": "health"}
+
+
+def test_network_policy_peers_name_the_operators_own_pods(helm: Path) -> None:
+    """The operator's namespace and pod labels the chart passes select exactly its pod, as settings parse them."""
+    objects = render(helm, *VARIANTS["everything-set"])
+    (deployment,) = by_kind(objects, "Deployment")
+    flags = dict(
+        arg.split("=", 1) for arg in operator_container(objects)["args"] if arg.startswith("--") and "=" in arg
+    )
+    settings = load_settings({
+        ENV_OPERATOR_NAMESPACE: flags["--operator-namespace"],
+        ENV_OPERATOR_POD_LABELS: flags["--operator-pod-labels"],
+        ENV_PROMETHEUS_POD_LABELS: flags["--prometheus-pod-labels"],
+    })  # fmt: skip
+    assert settings.network.operator_namespace == deployment["metadata"]["namespace"]
+    pod_labels = deployment["spec"]["template"]["metadata"]["labels"]
+    assert dict(settings.network.operator_pod_labels) == deployment["spec"]["selector"]["matchLabels"]
+    assert settings.network.operator_pod_labels.items() <= pod_labels.items()
+    assert dict(settings.network.prometheus_pod_labels) == {"app.kubernetes.io/name": "prometheus", "team": "obs"}
 
 
 def test_clusterwide_rbac_grants_exactly_what_the_operator_uses(helm: Path) -> None:

@@ -57,6 +57,8 @@ Permissions on namespaced resources: exactly the API calls the operator (control
   sglangdeployments  kopf lists and watches them and patches its finalizer and annotations; reconcile gets one
   .../status         one status patch per reconcile pass
   podmonitors        the optional prometheus-operator PodMonitor (get, create, patch like other children)
+  networkpolicies    the optional per-fleet NetworkPolicy (spec.networkPolicy.enabled): read by name and listed
+                     and watched to notice drift, created, patched, and deleted when a CR turns it off
 */}}
 {{- define "sglang-operator.namespacedRules" -}}
 - apiGroups: [""]
@@ -83,4 +85,16 @@ Permissions on namespaced resources: exactly the API calls the operator (control
 - apiGroups: ["monitoring.coreos.com"]
   resources: ["podmonitors"]
   verbs: ["get", "create", "patch"]
+- apiGroups: ["networking.k8s.io"]
+  resources: ["networkpolicies"]
+  verbs: ["get", "list", "watch", "create", "patch", "delete"]
+{{- end }}
+
+{{/* A map as the `k=v,k2=v2` text the `run` label flags take (keys sorted, as `range` sorts them). */}}
+{{- define "sglang-operator.labelsFlag" -}}
+{{- $pairs := list }}
+{{- range $key, $value := . }}
+{{- $pairs = append $pairs (printf "%s=%s" $key $value) }}
+{{- end }}
+{{- join "," $pairs }}
 {{- end }}
