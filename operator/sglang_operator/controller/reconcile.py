@@ -185,8 +185,11 @@ class Reconciler:
             return self._refuse(body, "PolicyViolation", "; ".join(str(e) for e in violations), before)
         try:
             return self._pass(body, spec, before)
-        except StepFailed as failed:
-            status = failed_pass_status(previous, Problem("ReconcileError", str(failed)), generation, stamp)
+        except Exception as exc:  # a step's failure, or a bug between steps: either way, status says so
+            if not isinstance(exc, StepFailed):
+                log.exception("%s/%s: reconcile pass failed", namespace, name)
+            message = str(exc) if isinstance(exc, StepFailed) else describe_failure("reconciling", exc)
+            status = failed_pass_status(previous, Problem("ReconcileError", message), generation, stamp)
             self._write_status(body, previous, status)
             return PassResult(status=status, writes=self._delta(before))
 
@@ -221,7 +224,8 @@ class Reconciler:
     def _children(self, spec: SGLangDeploymentSpec, owner: Owner) -> list[Problem]:
         """Write the rendered children the CR owns (or may create), delete the owned ones no longer rendered, and
         return the problems: names taken by objects the CR does not own, kinds the cluster does not serve."""
-        rendered = shared_children(spec, owner, self.settings)
+        with _step("rendering children"):
+            rendered = shared_children(spec, owner, self.settings)
         wanted = {ChildRef.of(child) for child in rendered}
         observed: dict[ChildRef, dict[str, Any]] = {}
         unserved: set[tuple[str, str]] = set()
