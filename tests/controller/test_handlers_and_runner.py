@@ -37,3 +37,13 @@ def test_run_flags_become_the_operators_settings() -> None:
     assert dict(settings.network.prometheus_namespace_labels) == {"name": "monitoring"}
     assert dict(settings.network.prometheus_pod_labels) == {"app": "prometheus"}
     assert operator_environment() == {}  # no flag, no variable: whatever the environment says stays
+
+
+def test_the_autoscaler_interval_never_breaks_its_daemon() -> None:
+    from sglang_operator.autoscaling.daemon import MAX_INTERVAL_SECONDS, interval_seconds
+
+    assert interval_seconds({"autoscaling": {"intervalSeconds": 30}}) == 30.0
+    assert interval_seconds({"autoscaling": {"intervalSeconds": 2**33}}) == MAX_INTERVAL_SECONDS
+    assert interval_seconds({"autoscaling": {"intervalSeconds": "abc"}}) == 15.0
+    assert interval_seconds({"autoscaling": {"intervalSeconds": 0.001}}) == 1.0
+    assert interval_seconds({}) == 15.0

@@ -31,5 +31,16 @@ def sgld_autoscale_loop(stopped: kopf.DaemonStopped, name: str, namespace: str |
                 log.info("%s/%s autoscaler: %s", namespace, name, result.decision.reason)
         except Exception:  # a failed pass holds the count; the next interval tries again
             log.exception("autoscaling pass of %s/%s failed", namespace, name)
-        interval = float((spec.get("autoscaling") or {}).get("intervalSeconds") or 15)
-        stopped.wait(interval)
+        stopped.wait(interval_seconds(spec))
+
+
+MAX_INTERVAL_SECONDS = 3600.0
+
+
+def interval_seconds(spec: Any) -> float:
+    """The CR's `intervalSeconds`, read from the raw spec kopf hands over: anything that is not a number in
+    [1, MAX_INTERVAL_SECONDS] is clamped or defaulted (a wait of 2**33 s raises, and the daemon must not die)."""
+    value = (spec.get("autoscaling") or {}).get("intervalSeconds") or 15
+    if isinstance(value, bool) or not isinstance(value, int | float) or value != value:
+        return 15.0
+    return min(max(float(value), 1.0), MAX_INTERVAL_SECONDS)
