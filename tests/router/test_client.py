@@ -151,3 +151,13 @@ def replica(index: int, url: str | None) -> ReplicaView:
     pod = PodView(name=f"p{index}", rank=0, phase="Running", ready=True, ip=ip, port=int(port), deleting=False,
                   restarts=0, replica_nodes=1, draining_since=1.0, warm=False)  # fmt: skip
     return ReplicaView(index=index, revision="r", pods={0: pod})
+
+
+def test_reading_loads_has_one_budget_for_the_whole_pass(fake_http: Callable[..., FakeHTTP]) -> None:
+    hanging = fake_http({("GET", "/v1/loads"): Reply(hang=True)})
+    replicas = [replica(i, hanging.url) for i in range(10)]  # 10 x 2 s if each call had only its own deadline
+    start = time.monotonic()
+    loads = fetch_in_flight(replicas, budget_seconds=3.0)
+    assert time.monotonic() - start < 3.0 + 2.0 + SLACK  # the budget, plus the one call under way when it ran out
+    assert loads.known == {} and sorted(loads.unknown) == list(range(10))
+    assert sum("not read" in why for why in loads.unknown.values()) >= 7

@@ -6,6 +6,7 @@ its `drainTimeoutSeconds`, so a busy replica is never deleted because its load c
 """
 
 import json
+import time
 from collections.abc import Iterable
 from dataclasses import dataclass, field
 from typing import Any
@@ -16,6 +17,9 @@ from ..httpcall import CallFailed, bounded_request, new_session
 from .observed import ReplicaView
 
 LOADS_TIMEOUT_SECONDS = 2.0
+LOADS_BUDGET_SECONDS = 10.0
+"""All load reads of one pass together end by then: with hundreds of slow workers, the rest stay unknown (callers
+list draining replicas first, whose loads decide deletions) and the next pass reads again."""
 MAX_REQUESTS_PER_RANK = 1_000_000
 """A count above this is not a request count: the answer is unknown."""
 
@@ -63,14 +67,18 @@ def read_load(session: requests.Session, url: str) -> tuple[int | None, str | No
         return None, f"{what}: HTTP 200 with an unexpected answer"
 
 
-def fetch_in_flight(replicas: Iterable[ReplicaView]) -> Loads:
+def fetch_in_flight(replicas: Iterable[ReplicaView], budget_seconds: float = LOADS_BUDGET_SECONDS) -> Loads:
     """A replica without an address has never served: it counts as 0."""
     loads = Loads()
     session = new_session()
+    deadline = time.monotonic() + budget_seconds
     try:
         for replica in replicas:
             if replica.url is None:
                 loads.known[replica.index] = 0
+                continue
+            if time.monotonic() >= deadline:
+                loads.unknown[replica.index] = f"not read: this pass spent its {budget_seconds:g}s for reading loads"
                 continue
             count, why = read_load(session, replica.url)
             if count is None:
