@@ -40,7 +40,9 @@ spec:
 @pytest.mark.parametrize("example", EXAMPLES, ids=[p.name for p in EXAMPLES])
 def test_examples_validate(example: Path) -> None:
     # deepseek-v3-dpa.yaml caches weights under /models on the node: valid where the operator allows that path.
-    result = run("validate", "-f", str(example), "--allow-host-path", "/models")
+    # autoscaling.yaml names its own Prometheus: valid where the operator allows that URL.
+    allow = ["--allow-host-path", "/models", "--allow-prometheus-url", "http://prometheus-operated.monitoring.svc:9090"]
+    result = run("validate", "-f", str(example), *allow)
     assert result.returncode == 0, result.stderr
     assert "valid" in result.stdout
 
@@ -57,6 +59,21 @@ def test_host_path_cache_needs_the_operator_to_allow_it() -> None:
     elsewhere = run("render", "-f", example, "--allow-host-path", "/data")
     assert elsewhere.returncode == 1 and elsewhere.stdout == "" and "(allowed: /data)" in elsewhere.stderr
     assert run("render", "-f", example, "--allow-host-path", "/models/").returncode == 0
+
+
+def test_own_prometheus_needs_the_operator_to_allow_it() -> None:
+    example = str(REPO / "examples" / "autoscaling.yaml")
+    refused = run("validate", "-f", example, "--allow-prometheus-url", "http://prometheus-operated.monitoring.svc:90")
+    assert refused.returncode == 1 and refused.stdout == ""
+    assert refused.stderr.startswith(
+        f"error: {example}: spec.autoscaling.prometheusURL: is not a Prometheus the operator allows (allowed: "
+        "http://prometheus-operated.monitoring.svc:90): "
+    )
+    assert len(refused.stderr.splitlines()) == 1
+    allowed = run(
+        "validate", "-f", example, "--allow-prometheus-url", "http://prometheus-operated.monitoring.svc:9090/"
+    )
+    assert allowed.returncode == 0, allowed.stderr
 
 
 def test_validate_json_errors(tmp_path: Path) -> None:

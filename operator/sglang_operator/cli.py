@@ -19,7 +19,7 @@ from .api.validation import NAME_RULE, check_pod_policy, parse_spec
 from .capacity import replicas_for_load
 from .crfile import CRFileError, LoadedCR, Problem, load_cr
 from .render import Owner, render_all
-from .settings import PodPolicy
+from .settings import OperatorSettings, PodPolicy
 
 MAX_ERROR_LINES = 100
 """Problems printed per file; a list of 100,000 wrong items says the same thing after the first hundred."""
@@ -34,10 +34,13 @@ class UsageError(Exception):
     """The command cannot run at all (exit 2)."""
 
 
-def check_cr(cr: LoadedCR, policy: PodPolicy | None = None) -> tuple[SGLangDeploymentSpec | None, list[Problem]]:
+def check_cr(
+    cr: LoadedCR, settings: OperatorSettings | None = None
+) -> tuple[SGLangDeploymentSpec | None, list[Problem]]:
     """Everything wrong with the CR (its metadata, its spec with unknown fields as errors, then what the operator's
-    pod policy refuses: by default, as the default operator, no node directory at all); the spec only when nothing
-    is."""
+    settings refuse: by default, as the default operator, any node directory and any Prometheus of the CR's own);
+    the spec only when nothing is."""
+    settings = settings or OperatorSettings()
     problems = list(cr.meta_errors)
     if not cr.meta.name and not problems:
         problems.append(Problem("metadata.name", "is required."))
@@ -46,7 +49,19 @@ def check_cr(cr: LoadedCR, policy: PodPolicy | None = None) -> tuple[SGLangDeplo
     spec, errors = parse_spec(cr.raw_spec, strict=True)
     problems += [Problem(e.field, e.message) for e in errors]
     if spec is not None:
-        problems += [Problem(e.field, e.message) for e in check_pod_policy(spec, policy or PodPolicy())]
+        problems += [Problem(e.field, e.message) for e in check_pod_policy(spec, settings.pod_policy)]
+        url = spec.autoscaling.prometheus_url
+        if url is not None and not settings.prometheus_url_allowed(url):
+            allowed = ", ".join(settings.allowed_prometheus_urls) or "none"
+            problems.append(
+                Problem(
+                    "spec.autoscaling.prometheusURL",
+                    f"is not a Prometheus the operator allows (allowed: {allowed}): it sends that URL no query and "
+                    "reads no prometheusAuth Secret for it, so the fleet does not autoscale; omit prometheusURL to "
+                    "use the operator's default Prometheus, or ask the cluster admin to allow it "
+                    "(--allow-prometheus-url).",
+                )
+            )
     return (spec if not problems else None), problems
 
 
@@ -69,8 +84,11 @@ def _print_errors(source: str, errors: list[Problem]) -> None:
         print(f"error: {printable(source, 200)}: ... and {len(errors) - MAX_ERROR_LINES} more", file=sys.stderr)
 
 
-def _policy(args: argparse.Namespace) -> PodPolicy:
-    return PodPolicy(allowed_host_paths=tuple(args.allow_host_path or ()))
+def _settings(args: argparse.Namespace) -> OperatorSettings:
+    return OperatorSettings(
+        pod_policy=PodPolicy(allowed_host_paths=tuple(args.allow_host_path or ())),
+        allowed_prometheus_urls=tuple(args.allow_prometheus_url or ()),
+    )
 
 
 def _owner(cr: LoadedCR) -> Owner:
@@ -79,7 +97,7 @@ def _owner(cr: LoadedCR) -> Owner:
 
 def cmd_validate(args: argparse.Namespace) -> int:
     cr = load_cr(args.file)
-    _, errors = check_cr(cr, _policy(args))
+    _, errors = check_cr(cr, _settings(args))
     if args.output == "json":
         payload: dict[str, Any] = {
             "file": cr.source,
@@ -98,7 +116,7 @@ def cmd_validate(args: argparse.Namespace) -> int:
 
 def cmd_render(args: argparse.Namespace) -> int:
     cr = load_cr(args.file)
-    spec, errors = check_cr(cr, _policy(args))
+    spec, errors = check_cr(cr, _settings(args))
     if spec is None:
         _print_errors(cr.source, errors)
         return 1
@@ -169,6 +187,13 @@ def _add_policy_flags(parser: argparse.ArgumentParser) -> None:
         metavar="PATH",
         help="check against an operator that allows model.cache.hostPath under PATH (as run --allow-host-path; "
         "default: none, as the default operator)",
+    )
+    parser.add_argument(
+        "--allow-prometheus-url",
+        action="append",
+        metavar="PREFIX",
+        help="check against an operator that allows a CR's own autoscaling.prometheusURL under PREFIX (as run "
+        "--allow-prometheus-url; default: none, as the default operator)",
     )
 
 

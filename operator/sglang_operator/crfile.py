@@ -188,6 +188,13 @@ def parse_documents(text: str, name: str, loader_cls: type[yaml.SafeLoader] = CR
     try:
         check_events(text, name, loader_cls)
         return [doc for doc in yaml.load_all(text, Loader=loader_cls) if doc is not None]
+    except yaml.reader.ReaderError as exc:
+        line = text[: exc.position].count("\n") + 1
+        code = ord(exc.character) if isinstance(exc.character, str) else int(exc.character)
+        raise CRFileError(
+            f"{name}: invalid YAML at line {line}: the character #x{code:04x} is not allowed: YAML takes no "
+            "control characters but tab and newline; write it as an escape in a double-quoted string"
+        ) from exc
     except yaml.YAMLError as exc:
         mark = getattr(exc, "problem_mark", None)
         where = f" at line {mark.line + 1}" if mark is not None else ""
