@@ -72,8 +72,9 @@ def router_deployment(spec: SGLangDeploymentSpec, owner: Owner) -> dict[str, Any
     if env:
         container["env"] = env
     container["securityContext"] = router_container_security_context()
-    # The root filesystem is read-only; smg logs to stdout (no --log-dir) and gets a small writable /tmp for
-    # anything a library puts there.
+    # The root filesystem is read-only: smg 1.13.0 logs to stdout (no --log-dir) and, traced (strace) running as
+    # 65532, writes only a probe file in /dev/shm (the container's own tmpfs, writable under a read-only root).
+    # A small writable /tmp is there for anything a library puts there.
     container["volumeMounts"] = [{"name": TMP_VOLUME, "mountPath": "/tmp"}]
     pod_spec: dict[str, Any] = {
         "containers": [container],
