@@ -20,7 +20,7 @@ def spec_of(raw: dict[str, Any]) -> SGLangDeploymentSpec:
         ("quickstart.yaml", 1, 1, 1, 1, 64),
         ("llama-70b-tp4.yaml", 4, 1, 4, 8, 64),
         ("qwen-dp2-tp4.yaml", 8, 1, 8, 8, 256),
-        ("deepseek-v3-dpa.yaml", 16, 2, 8, 16, 512),
+        ("deepseek-v3-dpa.yaml", 16, 2, 8, 16, 32),
         ("autoscaling.yaml", 2, 1, 2, 2, 32),
     ],
 )

@@ -10,9 +10,8 @@ from dataclasses import dataclass
 from .api.constants import DIST_INIT_PORT
 from .api.releases import ATTN_DP_FLAG_SINCE, READY_ENDPOINT_SINCE, parse_version
 from .api.spec import SGLangDeploymentSpec
-
-# When maxRunningRequests is unset SGLang sizes it from the KV pool; the operator assumes this per DP rank.
-DEFAULT_MAX_RUNNING_REQUESTS = 64
+from .capacity import DEFAULT_MAX_RUNNING_REQUESTS as DEFAULT_MAX_RUNNING_REQUESTS  # re-exported, one number
+from .capacity import concurrency_per_replica as _sglang_concurrency
 
 
 @dataclass(frozen=True)
@@ -41,16 +40,10 @@ def topology(spec: SGLangDeploymentSpec) -> Topology:
 
 
 def concurrency_per_replica(spec: SGLangDeploymentSpec) -> int:
-    """C of the capacity rule: requests one replica runs at once.
-
-    An explicit autoscaling target wins; otherwise max_running_requests applies per scheduler (DP group or
-    attention-DP rank), so it multiplies by both.
-    """
-    explicit = spec.autoscaling.targets.concurrency_per_replica
-    if explicit:
-        return explicit
-    per_rank = spec.engine.max_running_requests or DEFAULT_MAX_RUNNING_REQUESTS
-    return per_rank * spec.parallelism.dp * spec.parallelism.attention_dp
+    """C of the capacity rule: requests one replica runs at once, as SGLang computes it (`capacity`): an explicit
+    autoscaling target wins; `maxRunningRequests` is divided across attention-DP ranks and kept whole by each
+    in-process DP replica; without it, the default applies per scheduler."""
+    return _sglang_concurrency(spec)
 
 
 def readiness_path(version: str) -> str:
