@@ -9,11 +9,22 @@ API server (strict field validation) refuse it, and at run time the operator nev
 the operator's settings, never tenants in a CR.
 """
 
-from typing import Annotated, Any, Literal
+from typing import Annotated, Literal
 
 from pydantic import Field
 
 from .base import SpecModel
+from .podtypes import (
+    Affinity,
+    ConfigMapVolumeSource,
+    DownwardAPIVolumeSource,
+    EmptyDirVolumeSource,
+    PersistentVolumeClaimVolumeSource,
+    ProjectedDownwardAPI,
+    ProjectedItems,
+    SecretVolumeSource,
+    TopologySpreadConstraint,
+)
 
 DNS_LABEL = r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?$"
 DNS_SUBDOMAIN = r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*$"
@@ -110,9 +121,9 @@ class Container(SpecModel):
 class ProjectedSource(SpecModel):
     """No serviceAccountToken source: a tenant's pod gets no token of the namespace's service accounts."""
 
-    secret: dict[str, Any] | None = None
-    config_map: dict[str, Any] | None = None
-    downward_api: dict[str, Any] | None = Field(default=None, alias="downwardAPI")
+    secret: ProjectedItems | None = None
+    config_map: ProjectedItems | None = None
+    downward_api: ProjectedDownwardAPI | None = Field(default=None, alias="downwardAPI")
 
 
 class ProjectedVolume(SpecModel):
@@ -127,11 +138,11 @@ class Volume(SpecModel):
     only where the operator's settings allow its path."""
 
     name: VolumeName
-    config_map: dict[str, Any] | None = None
-    secret: dict[str, Any] | None = None
-    empty_dir: dict[str, Any] | None = None
-    persistent_volume_claim: dict[str, Any] | None = None
-    downward_api: dict[str, Any] | None = Field(default=None, alias="downwardAPI")
+    config_map: ConfigMapVolumeSource | None = None
+    secret: SecretVolumeSource | None = None
+    empty_dir: EmptyDirVolumeSource | None = None
+    persistent_volume_claim: PersistentVolumeClaimVolumeSource | None = None
+    downward_api: DownwardAPIVolumeSource | None = Field(default=None, alias="downwardAPI")
     projected: ProjectedVolume | None = None
 
 
@@ -148,9 +159,9 @@ class PodSpecOverrides(SpecModel):
     `containers`, `initContainers` and `volumes` merge by name."""
 
     node_selector: dict[str, Annotated[str, Field(max_length=63)]] | None = Field(default=None, max_length=64)
-    affinity: dict[str, Any] | None = None
+    affinity: Affinity | None = None
     tolerations: list[Toleration] | None = Field(default=None, max_length=64)
-    topology_spread_constraints: list[dict[str, Any]] | None = Field(default=None, max_length=16)
+    topology_spread_constraints: list[TopologySpreadConstraint] | None = Field(default=None, max_length=16)
     priority_class_name: str | None = Field(default=None, max_length=253, pattern=DNS_SUBDOMAIN)
     scheduler_name: str | None = Field(default=None, max_length=253, pattern=DNS_SUBDOMAIN)
     runtime_class_name: str | None = Field(default=None, max_length=253, pattern=DNS_SUBDOMAIN)

@@ -84,6 +84,13 @@ ENGINE_ENV: dict[str, str] = {
 }
 
 RESERVED_KEY_PREFIX = f"{GROUP}/"
+# Annotations that loosen a pod's confinement (AppArmor is still honoured from annotations; Pod Security baseline
+# forbids "unconfined"); the operator sets the pod's security itself.
+SECURITY_ANNOTATION_PREFIXES = (
+    "container.apparmor.security.beta.kubernetes.io/",
+    "seccomp.security.alpha.kubernetes.io/",
+    "container.seccomp.security.alpha.kubernetes.io/",
+)
 # Volumes and containers the renderer owns in every worker pod; a template entry of the same name would merge into
 # or replace them.
 RESERVED_VOLUMES = ("dshm", "model-cache")

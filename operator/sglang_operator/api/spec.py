@@ -53,12 +53,14 @@ EP_SPANNING_BACKENDS: frozenset[str] = frozenset(
 # Patterns the schema and `validate` share. Strings that reach a command line, a URL or a header carry no whitespace
 # or control characters, so no value can smuggle a second flag, line or header.
 NO_SPACE = r"^\S+$"
-NO_CONTROL = r"^[^\x00-\x1f\x7f]+$"
+# Values that land right after a flag of the engine's command line must not read as a flag themselves.
+NOT_A_FLAG = r"^[^-\s]\S*$"
+PATH_NOT_A_FLAG = r"^[^-\x00-\x1f\x7f][^\x00-\x1f\x7f]*$"
 SECRET_KEY = r"^[-._a-zA-Z0-9]+$"
 EXTENDED_RESOURCE = r"^[a-z0-9]([-a-z0-9.]*[a-z0-9])?/[a-zA-Z0-9]([-a-zA-Z0-9_.]*[a-zA-Z0-9])?$"
 PROMETHEUS_URL = r"^https?://[^\s/@?#]+(/[^\s]*)?$"
 Arg = Annotated[str, Field(max_length=1024, pattern=r"^[^\x00\n\r]*$")]
-HeaderName = Annotated[str, Field(min_length=1, max_length=128, pattern=r"^[A-Za-z0-9-]+$")]
+HeaderName = Annotated[str, Field(min_length=1, max_length=128, pattern=r"^[A-Za-z0-9][A-Za-z0-9-]*$")]
 HeaderValue = Annotated[str, Field(max_length=1024, pattern=r"^[^\x00-\x1f\x7f]*$")]
 
 RouterPolicy = Literal[
@@ -102,17 +104,17 @@ class ModelSpec(SpecModel):
     path: str = Field(
         min_length=1,
         max_length=512,
-        pattern=NO_CONTROL,
+        pattern=PATH_NOT_A_FLAG,
         description="Hugging Face model id or local path (--model-path).",
     )
     served_name: str | None = Field(
         default=None,
         max_length=256,
-        pattern=NO_SPACE,
+        pattern=NOT_A_FLAG,
         description="Model name clients use (--served-model-name); defaults to path.",
     )
     revision: str | None = Field(
-        default=None, max_length=128, pattern=NO_SPACE, description="Model revision (branch, tag or commit)."
+        default=None, max_length=128, pattern=NOT_A_FLAG, description="Model revision (branch, tag or commit)."
     )
     trust_remote_code: bool = False
     token_secret_ref: SecretKeyRef | None = Field(default=None, description="Secret holding the HF token.")

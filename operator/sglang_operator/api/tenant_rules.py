@@ -18,6 +18,7 @@ from .reserved import (
     RESERVED_KEY_PREFIX,
     RESERVED_VOLUMES,
     ROUTER_FLAGS,
+    SECURITY_ANNOTATION_PREFIXES,
     describe,
     owned_flag,
     owned_flag_cel,
@@ -27,6 +28,10 @@ from .spec import SGLangDeploymentSpec
 
 _TEMPLATE = "self.template.spec"
 _CONTAINERS = f"{_TEMPLATE}.containers"
+# Both container lists as one CEL list (absent lists as empty ones).
+_ALL_CONTAINERS = (
+    f"((has({_CONTAINERS}) ? {_CONTAINERS} : []) + (has({_TEMPLATE}.initContainers) ? {_TEMPLATE}.initContainers : []))"
+)
 
 
 def _flags_rule(field: str, owned: dict[str, str], args: Callable[[SGLangDeploymentSpec], list[str]]) -> Rule:
@@ -53,6 +58,31 @@ def _volume_sources(volume: Volume) -> int:
     return sum(value is not None for name, value in volume if name != "name")
 
 
+def _keys(spec: SGLangDeploymentSpec) -> list[str]:
+    return [*spec.template.metadata.labels, *spec.template.metadata.annotations]
+
+
+def _containers_and_mounts_consistent(spec: SGLangDeploymentSpec) -> bool:
+    template = spec.template.spec
+    containers = [*(template.containers or []), *(template.init_containers or [])]
+    volumes = {volume.name for volume in template.volumes or []}
+    names = [container.name for container in containers]
+    mounts = [mount.name for container in containers for mount in container.volume_mounts or []]
+    return len(set(names)) == len(names) and all(name in volumes for name in mounts)
+
+
+def _snake(camel: str) -> str:
+    return "".join(f"_{ch.lower()}" if ch.isupper() else ch for ch in camel)
+
+
+def _is_token(name: str) -> bool:
+    return bool(name) and all(ch.isascii() and (ch.isalnum() or ch == "-") for ch in name)
+
+
+def _is_label_key(key: str) -> bool:
+    return re.fullmatch(LABEL_KEY, key) is not None and len(key.partition("/")[0]) <= 253
+
+
 _ENV_LIST = ", ".join(f"'{name}'" for name in ENGINE_ENV)
 _VOLUME_SOURCES = ("configMap", "secret", "emptyDir", "persistentVolumeClaim", "downwardAPI", "projected")
 _MAIN_ONLY = [f for f in ("image", "command", "args", "workingDir", "ports") if f not in MAIN_CONTAINER_FIELDS]
@@ -74,14 +104,17 @@ TENANT_RULES: tuple[Rule, ...] = (
     Rule(
         field="spec.template.metadata",
         message=f"labels and annotations must not use the operator's prefix {RESERVED_KEY_PREFIX} (it keeps replica "
-        "and drain state there), and label keys must be valid Kubernetes label keys (prefix/name, name at most 63 "
-        "characters of letters, digits, '-', '_' and '.').",
+        "and drain state there) nor loosen the pod's confinement ("
+        + ", ".join(f"{p}*" for p in SECURITY_ANNOTATION_PREFIXES)
+        + "), and keys must be valid Kubernetes label keys (prefix/name, name at most 63 characters of letters, "
+        "digits, '-', '_' and '.').",
         cel=f"self.template.metadata.labels.all(k, !k.startsWith('{RESERVED_KEY_PREFIX}') && k.matches(r'{LABEL_KEY}'))"
         f" && self.template.metadata.annotations.all(k, !k.startsWith('{RESERVED_KEY_PREFIX}') && "
-        f"k.matches(r'{LABEL_KEY}'))",
-        holds=lambda s: all(
-            not key.startswith(RESERVED_KEY_PREFIX) and _is_label_key(key)
-            for key in [*s.template.metadata.labels, *s.template.metadata.annotations]
+        + " && ".join(f"!k.startsWith('{p}')" for p in SECURITY_ANNOTATION_PREFIXES)
+        + f" && k.matches(r'{LABEL_KEY}'))",
+        holds=lambda s: (
+            all(_is_label_key(key) and not key.startswith(RESERVED_KEY_PREFIX) for key in _keys(s))
+            and not any(key.startswith(SECURITY_ANNOTATION_PREFIXES) for key in s.template.metadata.annotations)
         ),
     ),
     Rule(
@@ -135,6 +168,23 @@ TENANT_RULES: tuple[Rule, ...] = (
         ),
     ),
     Rule(
+        field="spec.template.spec.containers",
+        message="container names must be unique across containers and initContainers, and every volumeMount must "
+        f"name a volume of template.spec.volumes (the operator's own {', '.join(RESERVED_VOLUMES)} are mounted by "
+        "the operator only, read-only where they hold a node directory).",
+        cel=f"{_ALL_CONTAINERS}.all(c, {_ALL_CONTAINERS}.exists_one(d, d.name == c.name)) && "
+        f"{_ALL_CONTAINERS}.all(c, !has(c.volumeMounts) || c.volumeMounts.all(m, has({_TEMPLATE}.volumes) && "
+        f"{_TEMPLATE}.volumes.exists(v, v.name == m.name)))",
+        holds=_containers_and_mounts_consistent,
+    ),
+    Rule(
+        field="spec.template.spec.volumes",
+        message="volume names must be unique.",
+        cel=f"!has({_TEMPLATE}.volumes) || "
+        f"{_TEMPLATE}.volumes.all(v, {_TEMPLATE}.volumes.exists_one(w, w.name == v.name))",
+        holds=lambda s: len({v.name for v in s.template.spec.volumes or []}) == len(s.template.spec.volumes or []),
+    ),
+    Rule(
         field="spec.autoscaling.prometheusAuth.headers",
         message="header names must be HTTP tokens (letters, digits and '-').",
         cel="!has(self.autoscaling.prometheusAuth) || !has(self.autoscaling.prometheusAuth.headers) || "
@@ -142,15 +192,3 @@ TENANT_RULES: tuple[Rule, ...] = (
         holds=lambda s: all(_is_token(h) for h in s.autoscaling.prometheus_auth.headers),
     ),
 )
-
-
-def _snake(camel: str) -> str:
-    return "".join(f"_{ch.lower()}" if ch.isupper() else ch for ch in camel)
-
-
-def _is_token(name: str) -> bool:
-    return bool(name) and all(ch.isascii() and (ch.isalnum() or ch == "-") for ch in name)
-
-
-def _is_label_key(key: str) -> bool:
-    return re.fullmatch(LABEL_KEY, key) is not None and len(key.partition("/")[0]) <= 253
