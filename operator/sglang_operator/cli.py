@@ -116,7 +116,8 @@ def cmd_validate(args: argparse.Namespace) -> int:
 
 def cmd_render(args: argparse.Namespace) -> int:
     cr = load_cr(args.file)
-    spec, errors = check_cr(cr, _settings(args))
+    settings = _settings(args)
+    spec, errors = check_cr(cr, settings)
     if spec is None:
         _print_errors(cr.source, errors)
         return 1
@@ -126,7 +127,7 @@ def cmd_render(args: argparse.Namespace) -> int:
             f"{cr.source}: render prints at most {MAX_RENDERED_PODS} worker pods and this fleet has {pods} "
             "(replicas x nnodes); lower spec.replicas to preview it"
         )
-    objects = render_all(spec, _owner(cr))
+    objects = render_all(spec, _owner(cr), settings)
     if args.output == "json":
         print(json.dumps({"apiVersion": "v1", "kind": "List", "items": objects}, indent=2))
     else:

@@ -25,20 +25,9 @@ from .corpus import CASES, MALFORMED, POLICY, SCHEMA, UNKNOWN, Hostile, Malforme
 SECONDS = 1.0
 
 # Cases the current API still accepts: findings for the API's owner, kept as they are (never weakened). `strict`
-# xfail: the day one is refused, its test passes unexpectedly and fails the run, so that it leaves this set.
-STILL_ACCEPTED = {
-    "model-path-flag",
-    "served-name-flag",
-    "sticky-header-flag",
-    "sidecar-writes-host-cache",
-    "main-mounts-host-cache-again",
-    "apparmor-unconfined-annotation",
-    "affinity-garbage",
-    "spread-garbage",
-    "config-map-volume-garbage",
-    "duplicate-sidecar-names",
-    "mount-of-missing-volume",
-}
+# xfail: the day one is refused, its test passes unexpectedly and fails the run, so that it leaves this set. (The 11
+# the corpus found when it was written were fixed in 8485179.)
+STILL_ACCEPTED: set[str] = set()
 
 
 def _params(cases: list[Hostile]) -> list[object]:
