@@ -103,7 +103,8 @@ class Flag:
 
     `action`: store, store_true, store_false, store_const, boolean_optional (`--x` and `--no-x`), append, count or
     error (a retired flag whose action stops the launch). `nargs`: None (one value), "?", "*", "+" or a count;
-    "0" for the actions that take no value. `type`: int, float or str (a custom parser reads any string).
+    "0" for the actions that take no value. `type`: int, float, str or the name of the release's own parser
+    function (the simulator implements the ones it needs and reads any string for the rest).
     `choices`: the accepted values, or None for any.
     """
 
@@ -268,9 +269,13 @@ def _choices(source: _Source, node: ast.expr | None, module: _Module) -> tuple[s
 
 
 def _type_name(node: ast.expr | None) -> str:
-    if isinstance(node, ast.Name) and node.id in ("int", "float"):
-        return node.id
-    return "str"
+    """int, float, str, or the name of the release's own value parser (`human_readable_int`, ...)."""
+    if node is None:
+        return "str"
+    try:
+        return _dotted(node).rpartition(".")[2]
+    except Dynamic:
+        return "str"  # a lambda or a call: reads any string as far as the simulator can tell
 
 
 def _dotted(node: ast.expr) -> str:
@@ -412,7 +417,7 @@ def _from_field(node: ast.AnnAssign, source: _Source, module: _Module) -> Flag |
         )  # fmt: skip
     inner = _unwrap_optional(raw)
     choices = _choices(source, arg.get("choices"), module)
-    typed = "str" if "type_parser" in arg else None
+    typed = _type_name(arg["type_parser"]) if "type_parser" in arg else None
     if isinstance(inner, ast.Subscript) and _head(inner) == "Literal":
         literal = tuple(str(source.evaluate(v, module)) for v in _subscript_parts(inner))
         first = _subscript_parts(inner)[0]

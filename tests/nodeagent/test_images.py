@@ -50,6 +50,8 @@ def test_sglang_launch_server_runs_the_simulator_on_the_pod_ip() -> None:
             "/venv/bin/python",
             "-m",
             "sglang_operator.sim",
+            "--sim-version",
+            "0.5.23",
             "--model-path",
             "Qwen/Qwen3-8B",
             "--host",
@@ -66,7 +68,19 @@ def test_sglang_serve_and_missing_host() -> None:
     mapped = map_container("lmsysorg/sglang:latest", ["sglang", "serve"], ["--model-path", "m"], IP, TOOLS)
     assert isinstance(mapped, Runnable)
     assert mapped.argv[-2:] == ("--host", IP)  # SGLang's pod-local default would collide between pods
-    assert mapped.argv[1:3] == ("-m", "sglang_operator.sim")
+    assert mapped.argv[1:5] == ("-m", "sglang_operator.sim", "--model-path", "m")  # no version: the default
+
+
+def test_the_simulator_plays_the_release_the_tag_names() -> None:
+    mapped = map_container(
+        "lmsysorg/sglang:v0.5.15.post1-cu126",
+        ["python3", "-m", "sglang.launch_server"],
+        ["--model-path", "m"],
+        IP,
+        TOOLS,
+    )
+    assert isinstance(mapped, Runnable)
+    assert mapped.argv[1:5] == ("-m", "sglang_operator.sim", "--sim-version", "0.5.15.post1")
 
 
 def test_host_equals_form_is_rewritten() -> None:

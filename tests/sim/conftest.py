@@ -20,6 +20,7 @@ import pytest
 from sglang_operator.sim.args import parse, resolve
 from sglang_operator.sim.knobs import knobs_from_env
 from sglang_operator.sim.server import Simulator
+from sglang_operator.sim.versions import DEFAULT_VERSION
 
 # Fast by default: no start-up delay, every simulated duration x0.01 (10 ms/token -> 0.1 ms/token).
 FAST_ENV = {"SGLANG_SIM_STARTUP_SECONDS": "0", "SGLANG_SIM_TIME_SCALE": "0.01"}
@@ -35,12 +36,12 @@ async def wait_until(cond: Callable[[], bool], timeout: float = 5.0, what: str =
 
 @contextlib.asynccontextmanager
 async def run_sim(
-    argv: list[str], env: Mapping[str, str] | None = None, wait_up: bool = True
+    argv: list[str], env: Mapping[str, str] | None = None, wait_up: bool = True, version: str = DEFAULT_VERSION
 ) -> AsyncIterator[Simulator]:
-    """A simulator inside the test's event loop, listening on 127.0.0.1:<ephemeral>."""
+    """A simulator playing SGLang `version` inside the test's event loop, listening on 127.0.0.1:<ephemeral>."""
     full_env = {**FAST_ENV, **(env or {})}
-    ns, _ = parse([*argv, "--host", "127.0.0.1", "--port", "0"])
-    sim = Simulator(resolve(ns).args, knobs_from_env(full_env), full_env, "test")
+    ns = parse([*argv, "--host", "127.0.0.1", "--port", "0"], version)
+    sim = Simulator(resolve(ns, version).args, knobs_from_env(full_env), full_env, "test")
     await sim.start()
     try:
         if wait_up:

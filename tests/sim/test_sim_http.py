@@ -103,7 +103,7 @@ def test_v1_loads(kit: Any) -> None:
             assert (loads["version"], loads["num_accelerators"], loads["accelerator"]) == ("0.5.23", 2, "NVIDIA H200")
             assert [e["dp_rank"] for e in loads["loads"]] == [0, 1]
             entry = loads["loads"][0]
-            assert entry["max_running_requests"] == 32  # 64 split over 2 attention-DP ranks
+            assert entry["max_running_requests"] == 64  # no flag: the default is per scheduler, never divided
             assert {"num_running_reqs", "num_waiting_reqs", "token_usage", "memory", "queues"} <= entry.keys()
             _, core = await get(s, f"{u}/v1/loads", params={"include": "core", "dp_rank": "1"})
             assert [e["dp_rank"] for e in core["loads"]] == [1] and "memory" not in core["loads"][0]

@@ -12,7 +12,7 @@ from sglang_operator.sim.leader import leader_url
 
 
 def worker_args(addr: str) -> ServerArgs:
-    ns, _ = parse(["--model", "m", "--tp", "2", "--nnodes", "2", "--node-rank", "1", "--dist-init-addr", addr])
+    ns = parse(["--model", "m", "--tp", "2", "--nnodes", "2", "--node-rank", "1", "--dist-init-addr", addr])
     return resolve(ns).args
 
 

@@ -20,7 +20,7 @@ WHO = PodIdentity(hostname="node-1", pod="m-0", namespace="ns", container="sglan
 
 
 def args_of(*argv: str) -> ServerArgs:
-    ns, _ = parse(["--model", "org/m", *argv])
+    ns = parse(["--model", "org/m", *argv])
     return resolve(ns).args
 
 

@@ -5,6 +5,10 @@ image name contains            command accepted                                 
 `smg`, `sgl-model-gateway`,    `smg ...`, `python3 -m smg[.launch_router] ...`,       the real `smg`
 `sglang-router`                `python3 -m sglang_router.launch_router ...`, none
 `sglang`                       `python3 -m sglang.launch_server ...`, `sglang serve`  `python -m sglang_operator.sim`
+                                                                                      `--sim-version <the tag's>`
+
+The simulator plays the SGLang release the image's tag names (`v0.5.21-cu129` -> 0.5.21: its flags, checks and
+endpoints); a tag without a version (`latest`) plays the simulator's default, the default image's release.
 
 Rows are tried top to bottom (`sglang-operator` and `sglang-router` also contain `sglang`). Anything else is
 `ImageNotRunnableLocally`: the container waits, as it would on a failed pull, with a message naming the image.
@@ -22,6 +26,8 @@ import os
 import re
 from collections.abc import Sequence
 from dataclasses import dataclass
+
+from sglang_operator.api.releases import image_tag_version
 
 NOT_RUNNABLE = "ImageNotRunnableLocally"
 
@@ -126,12 +132,14 @@ def _router_argv(argv: list[str], has_command: bool, tools: Toolchain) -> list[s
     return None
 
 
-def _sglang_argv(argv: list[str], tools: Toolchain) -> list[str] | None:
+def _sglang_argv(argv: list[str], tools: Toolchain, image: str) -> list[str] | None:
+    version = image_tag_version(image)
+    sim = [tools.python, "-m", SIM_MODULE, *(["--sim-version", version] if version else [])]
     module = python_module(argv)
     if module and module[0] == "sglang.launch_server":
-        return [tools.python, "-m", SIM_MODULE, *module[1]]
+        return [*sim, *module[1]]
     if _program(argv) == "sglang" and len(argv) > 1 and argv[1] == "serve":
-        return [tools.python, "-m", SIM_MODULE, *argv[2:]]
+        return [*sim, *argv[2:]]
     return None
 
 
@@ -188,7 +196,7 @@ def map_container(
     elif kind == "router":
         mapped = _router_argv(argv, bool(command), tools)
     else:
-        mapped = _sglang_argv(argv, tools)
+        mapped = _sglang_argv(argv, tools, image)
     if mapped is None:
         return NotRunnable(
             NOT_RUNNABLE,

@@ -1,18 +1,23 @@
 """SGLang engine simulator: `python3 -m sglang.launch_server` for clusters without GPUs.
 
-Accepts `sglang.launch_server`'s flags, applies SGLang 0.5.23's argument resolution and start-up checks (same
-messages, exit 1), and serves the same HTTP API, JSON shapes, status codes and Prometheus metric names, so
-the smg router, the operator and Prometheus cannot tell it from the real server. Unknown flags are logged once
-and ignored. Entry points: `python -m sglang_operator.sim <flags>` and `main(argv)`.
+Plays one SGLang release (`--sim-version X` before the flags, else SGLANG_SIM_VERSION, else the default image's
+release, 0.5.23): parses `sglang.launch_server`'s flags exactly as that release does (an unknown flag, a flag the
+release does not have, a value it does not accept: argparse's message, exit 2), applies its argument resolution
+and start-up checks (same messages, exit 1), and serves its HTTP API (`/ready` only from 0.5.20; `/get_load`,
+up to 0.5.20, is not simulated), JSON shapes, status codes and Prometheus metric names, so the smg router, the
+operator and Prometheus cannot tell it from the real server. Entry points: `python -m sglang_operator.sim
+[--sim-version X] <flags>` and `main(argv)`.
 
 Simulation knobs (environment; pods set them through `engine.env`):
 
+    SGLANG_SIM_VERSION               the SGLang release to play (the local cluster sets it from the image tag)
     SGLANG_SIM_STARTUP_SECONDS       weight-load delay before /health and /ready turn 200 (default 2)
     SGLANG_SIM_PREFILL_TOKENS_PER_S  prefill rate per request, uncached prompt tokens (default 20000)
     SGLANG_SIM_DECODE_TOKENS_PER_S   decode rate per request (default 100, i.e. 10 ms per token)
     SGLANG_SIM_OUTPUT_TOKENS         output length when a request sets no max_tokens / max_new_tokens
                                      (default 16; such requests end with finish_reason "stop")
-    SGLANG_SIM_MAX_RUNNING           --max-running-requests when the flag is absent (default 64)
+    SGLANG_SIM_MAX_RUNNING           running requests per scheduler when --max-running-requests is absent
+                                     (default 64, the operator's assumption; per scheduler, never divided)
     SGLANG_SIM_MAX_TOTAL_TOKENS      KV pool per DP rank when --max-total-tokens is absent (default 200000)
     SGLANG_SIM_CONTEXT_LENGTH        context length when --context-length is absent (default 32768)
     SGLANG_SIM_FAIL_STARTUP          crash after the start-up delay with exit 1: "oom" (CUDA OOM during
@@ -46,9 +51,10 @@ import shlex
 import sys
 from collections.abc import Sequence
 
-from .args import ArgsError, parse, resolve
+from .args import ArgsError, launch_problem, parse, resolve
 from .knobs import knobs_from_env
 from .server import Simulator
+from .versions import UnknownVersion, split_version
 
 __all__ = ["main"]
 
@@ -68,14 +74,17 @@ def main(argv: Sequence[str] | None = None) -> int:
     argv = list(sys.argv[1:] if argv is None else argv)
     _configure_logging()
     try:
-        ns, unknown = parse(argv)
+        version, argv = split_version(argv, os.environ)
+    except UnknownVersion as e:
+        print(f"simulator: {e}", file=sys.stderr)
+        return 2
+    try:
+        ns = parse(argv, version)
     except SystemExit as e:  # argparse: usage error (2) or --help (0)
         return e.code if isinstance(e.code, int) else 1
-    if unknown:
-        log.warning("Ignoring unknown server arguments (simulator): %s", " ".join(unknown))
     try:
         knobs = knobs_from_env(os.environ)
-        resolution = resolve(ns)
+        resolution = resolve(ns, version)
     except ArgsError as e:
         log.error("Failed to start the server: %s", e)
         print(f"{e.kind}: {e.message}", file=sys.stderr)
@@ -85,5 +94,9 @@ def main(argv: Sequence[str] | None = None) -> int:
         return 1
     for note in resolution.notes:
         log.warning(note)
+    problem = launch_problem(resolution.args, knobs.max_running)
+    if problem is not None:
+        log.error("Simulated launch failure (SGLang %s accepts these arguments but cannot run): %s", version, problem)
+        return 1
     command = "python3 -m sglang.launch_server " + shlex.join(argv)
     return asyncio.run(Simulator(resolution.args, knobs, os.environ, command).serve())

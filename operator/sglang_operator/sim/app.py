@@ -19,7 +19,7 @@ from typing import Any
 
 from aiohttp import web
 
-from . import protocol, views
+from . import protocol, versions, views
 from .args import ServerArgs
 from .engine import Job
 from .knobs import SimKnobs
@@ -368,7 +368,8 @@ def build_app(ctx: SimContext) -> web.Application:
         r.add_get("/metrics", metrics_route)
     if ctx.args.node_rank >= 1:
         return app
-    r.add_get("/ready", ready)
+    if versions.serves("/ready", ctx.args.sglang_version):
+        r.add_get("/ready", ready)
     for path in ("/model_info", "/get_model_info"):
         r.add_get(path, model_info)
     for path in ("/server_info", "/get_server_info"):

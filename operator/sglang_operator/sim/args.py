@@ -1,33 +1,26 @@
-"""`sglang.launch_server` flags: parsing, SGLang 0.5.23's resolution rules and its start-up validation.
+"""`sglang.launch_server` flags as a given SGLang release parses and checks them.
 
-The parser mirrors SGLang's argparse (same option strings, dests and defaults, `allow_abbrev` on, so `--tp 8
---dp 2` work as unique prefixes). Unknown flags are returned to the caller to be logged, never fatal: the
-simulator must accept whatever the operator renders for any SGLang version. `resolve` is pure: it applies the
-same rewrites (`--dp N --enable-dp-attention` -> attention DP N; an all-to-all MoE backend forces ep = tp;
-dp-lm-head is dropped without DP) and raises `ArgsError` with SGLang's message where SGLang would crash.
+`parse` uses the release's own parser definitions (`versions`, generated from the wheels): the same option strings,
+aliases, value counts, types and choices, `allow_abbrev` on, and argparse's exit 2 with its message for an unknown
+flag, a flag the release does not have yet (`--attn-dp-size` before 0.5.22) or a value it does not accept
+(`--moe-a2a-backend deepep_v2` before 0.5.19). `resolve` is pure: the release's resolution (`--dp N
+--enable-dp-attention` -> attention DP N; an all-to-all MoE backend forces ep = tp; dp-lm-head is dropped without
+DP) and its start-up checks on the flags the simulator models, each from the release that added it, with that
+release's message (`ArgsError`, exit 1). Nothing SGLang accepts is refused here: what it accepts but cannot run
+(tp 0, a node rank outside the node count) is `launch_problem`, a simulated launch failure.
 """
 
 from __future__ import annotations
 
 import argparse
 from collections.abc import Sequence
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, field
 from typing import Any
 
-MOE_A2A_BACKENDS = (
-    "none",
-    "deepep",
-    "mooncake",
-    "nixl",
-    "mori",
-    "ascend_fuseep",
-    "flashinfer",
-    "megamoe",
-    "deepep_v2",
-    "pplx",
-    "ascend_tp",
-    "flashinfer_megamoe",
-)
+from ..api.releases import Version, parse_version
+from ..capacity import running_requests_per_rank
+from . import versions
+
 # Backends whose all-to-all spans the whole TP group, so SGLang sets ep_size = tp_size (overrides.py).
 A2A_EP_SPANNING_BACKENDS = frozenset(
     {
@@ -43,8 +36,6 @@ A2A_EP_SPANNING_BACKENDS = frozenset(
         "pplx",
     }
 )
-LOAD_BALANCE_METHODS = ("auto", "round_robin", "follow_bootstrap_room", "total_requests", "total_tokens")
-DISAGGREGATION_MODES = ("null", "prefill", "decode")
 
 
 class ArgsError(Exception):
@@ -99,6 +90,7 @@ class ServerArgs:
     revision: str | None
     download_dir: str | None
     log_level: str
+    sglang_version: str = field(default=versions.DEFAULT_VERSION)
 
     @property
     def num_dp_ranks(self) -> int:
@@ -117,67 +109,66 @@ class ServerArgs:
     def public_dict(self) -> dict[str, Any]:
         """What `/server_info` shows; API keys are never echoed back."""
         out = asdict(self)
+        del out["sglang_version"]  # not a server argument; /server_info reports it as "version"
         out["api_key"] = None
         out["admin_api_key"] = None
         return out
 
 
-def build_parser() -> argparse.ArgumentParser:
-    """SGLang's option strings and defaults for every flag the simulator reads (plus common no-ops)."""
-    p = argparse.ArgumentParser(prog="sglang serve", allow_abbrev=True)
-    p.add_argument("--model-path", "--model", dest="model_path", required=True)
-    p.add_argument("--tokenizer-path", dest="tokenizer_path")
-    p.add_argument("--revision")
-    p.add_argument("--trust-remote-code", action="store_true")
-    p.add_argument("--context-length", type=int)
-    p.add_argument("--mem-fraction-static", type=float)
-    p.add_argument("--max-running-requests", type=int)
-    p.add_argument("--max-total-tokens", type=int)
-    p.add_argument("--chunked-prefill-size", type=int)
-    p.add_argument("--page-size", type=int, default=1)
-    p.add_argument("--disable-radix-cache", action="store_true")
-    p.add_argument("--nccl-port", type=int)
-    p.add_argument("--dist-timeout", type=int)
-    p.add_argument("--dist-init-addr", "--nccl-init-addr", dest="dist_init_addr")
-    p.add_argument("--nnodes", type=int, default=1)
-    p.add_argument("--node-rank", type=int, default=0)
-    p.add_argument("--tp-size", "--tensor-parallel-size", dest="tp_size", type=int, default=1)
-    p.add_argument("--pp-size", "--pipeline-parallel-size", dest="pp_size", type=int, default=1)
-    p.add_argument("--dp-size", "--data-parallel-size", dest="dp_size", type=int, default=1)
-    p.add_argument("--attn-dp-size", "--attention-data-parallel-size", dest="attn_dp_size", type=int, default=1)
-    p.add_argument("--load-balance-method", default="auto", choices=LOAD_BALANCE_METHODS)
-    p.add_argument("--attn-cp-size", "--attention-context-parallel-size", dest="attn_cp_size", type=int, default=1)
-    p.add_argument("--moe-dp-size", "--moe-data-parallel-size", dest="moe_dp_size", type=int, default=1)
-    p.add_argument("--enable-dp-lm-head", action="store_true")
-    p.add_argument("--enable-dp-attention", action="store_true")
-    p.add_argument("--base-gpu-id", type=int, default=0)
-    p.add_argument("--gpu-id-step", type=int, default=1)
-    p.add_argument("--watchdog-timeout", type=float, default=300)
-    p.add_argument("--host", default="127.0.0.1")
-    p.add_argument("--port", type=int, default=30000)
-    p.add_argument("--grpc-mode", action="store_true")
-    p.add_argument("--skip-server-warmup", action="store_true")
-    p.add_argument("--api-key")
-    p.add_argument("--admin-api-key")
-    p.add_argument("--served-model-name")
-    p.add_argument("--enable-metrics", action="store_true")
-    p.add_argument("--enable-metrics-for-all-schedulers", action="store_true")
-    p.add_argument("--extra-metric-labels")
-    p.add_argument("--ep-size", "--expert-parallel-size", "--ep", dest="ep_size", type=int, default=1)
-    p.add_argument("--moe-a2a-backend", default="none", choices=MOE_A2A_BACKENDS)
-    p.add_argument("--disaggregation-mode", default="null", choices=DISAGGREGATION_MODES)
-    p.add_argument("--download-dir")
-    p.add_argument("--stream-interval", type=int, default=1)
-    p.add_argument("--log-level", default="info")
-    return p
+def parse(argv: Sequence[str], version: str = versions.DEFAULT_VERSION) -> argparse.Namespace:
+    """Parse as `version` does; argparse errors (an unknown flag, a missing --model-path, a non-integer --tp, a
+    choice the release lacks) exit 2 with usage, as SGLang does. `--help` exits 0."""
+    return versions.parser_for(version).parse_args(list(argv))
 
 
-def parse(argv: Sequence[str]) -> tuple[argparse.Namespace, list[str]]:
-    """Parse known flags; return the namespace and the unknown leftovers (to be logged, not fatal).
+# Up to 0.5.13 the parallel sizes were parsed under their long names and copied over in `from_cli_args`.
+_LEGACY_DESTS = {
+    "tp_size": "tensor_parallel_size",
+    "pp_size": "pipeline_parallel_size",
+    "dp_size": "data_parallel_size",
+    "ep_size": "expert_parallel_size",
+    "attn_cp_size": "attention_context_parallel_size",
+    "moe_dp_size": "moe_data_parallel_size",
+}
 
-    argparse errors (missing --model-path, a non-integer --tp) exit 2 with usage, as SGLang does.
-    """
-    return build_parser().parse_known_args(list(argv))
+
+def _get(ns: argparse.Namespace, dest: str, default: Any) -> Any:
+    """A parsed value, or the default when the flag was not given or the release has no such flag."""
+    value = getattr(ns, dest, None)
+    if value is None and dest in _LEGACY_DESTS:
+        value = getattr(ns, _LEGACY_DESTS[dest], None)
+    return default if value is None else value
+
+
+# The start-up checks below, by the release that introduced them (read from the wheels' server_args.py and
+# arg_groups/*; tests/sim/test_sim_versions.py holds one case per boundary).
+ATTN_DP_FLAG_SINCE: Version = (0, 5, 22)  # --attn-dp-size, the deprecation rewrite, its own positivity check
+FLASHINFER_NEEDS_FULL_ATTN_DP_SINCE: Version = (0, 5, 13)
+PPLX_NEEDS_ATTN_DP_SINCE: Version = (0, 5, 22)
+
+
+def _messages(v: Version) -> dict[str, str]:
+    new = v >= ATTN_DP_FLAG_SINCE
+    return {
+        "lm_head": "--enable-dp-lm-head requires attention DP (--attn-dp-size)."
+        if new
+        else "Please enable dp attention when setting enable_dp_lm_head. ",
+        "multi_node_dp": "multi-node data-parallel replicas are not supported; use attention DP (--attn-dp-size) "
+        "across nodes"
+        if new
+        else "multi-node data parallel is not supported unless dp attention!",
+        "flashinfer": (
+            "Flashinfer MoE A2A requires --attn-dp-size equal to --tp-size, except for Muse Spark TP4/EP4 or "
+            "TP8/EP8 prefill sequence parallelism."
+            if v >= (0, 5, 23)
+            else "Flashinfer MoE A2A is only supported with --attn-dp-size equal to --tp-size"
+            if new
+            else "Flashinfer MoE A2A is only supported with dp_size == tp_size and --enable-dp-attention"
+        ),
+        "flashinfer_megamoe": "FlashInfer MegaMOE is only supported with --attn-dp-size equal to --tp-size"
+        if new
+        else "FlashInfer MegaMOE is only supported with dp_size == tp_size and --enable-dp-attention",
+    }
 
 
 @dataclass(frozen=True)
@@ -186,117 +177,164 @@ class Resolution:
     notes: tuple[str, ...]  # log lines SGLang prints while resolving (deprecations, overrides)
 
 
-def resolve(ns: argparse.Namespace) -> Resolution:
-    """SGLang 0.5.23's resolution hooks then `check_server_args`, in the same order."""
+def resolve(ns: argparse.Namespace, version: str = versions.DEFAULT_VERSION) -> Resolution:
+    """The release's resolution, then its checks of the flags the simulator models, in SGLang's order."""
+    v = parse_version(version)
+    msg = _messages(v)
     notes: list[str] = []
-    dp, attn_dp, tp, ep = ns.dp_size, ns.attn_dp_size, ns.tp_size, ns.ep_size
+    tp, pp, nnodes = _get(ns, "tp_size", 1), _get(ns, "pp_size", 1), _get(ns, "nnodes", 1)
+    dp, attn_dp, ep = _get(ns, "dp_size", 1), _get(ns, "attn_dp_size", 1), _get(ns, "ep_size", 1)
+    enable_dp_attention = bool(_get(ns, "enable_dp_attention", False))
+    backend = _get(ns, "moe_a2a_backend", "none")
+    attn_cp, moe_dp = _get(ns, "attn_cp_size", 1), _get(ns, "moe_dp_size", 1)
 
-    # parallel_hook.handle_deprecated_dp_attention
-    if ns.enable_dp_attention:
-        notes.append(
-            "--enable-dp-attention is deprecated; use --attn-dp-size <dp-size> instead of "
-            "--dp-size <dp-size> --enable-dp-attention."
-        )
-        if attn_dp == 1:
+    if v >= ATTN_DP_FLAG_SINCE:
+        # parallel_hook.handle_deprecated_dp_attention, then handle_data_parallelism
+        if enable_dp_attention:
+            notes.append(
+                "'--enable-dp-attention' is deprecated and will be removed in a future release. Use "
+                "'--attn-dp-size <dp-size>' instead."
+            )
+            if attn_dp == 1:
+                attn_dp, dp = dp, 1
+        if attn_dp < 1:
+            raise ArgsError("ValueError", f"--attn-dp-size must be positive (got {attn_dp}).")
+        if attn_dp > 1 and dp > 1:
+            raise ArgsError(
+                "ValueError",
+                f"--dp-size {dp} with --attn-dp-size {attn_dp}: data-parallel replicas combined with "
+                "attention data parallelism are not supported.",
+            )
+    else:
+        # server_args._handle_data_parallelism: --dp-size N --enable-dp-attention is attention DP N; dp 1 disables it
+        if dp == 1:
+            enable_dp_attention = False
+        if enable_dp_attention:
             attn_dp, dp = dp, 1
-
-    # parallel_hook.handle_data_parallelism
-    if attn_dp < 1:
-        raise ArgsError("ValueError", f"--attn-dp-size must be positive (got {attn_dp}).")
-    if dp < 1 or tp < 1 or ns.pp_size < 1 or ns.nnodes < 1:
-        raise ArgsError("ValueError", "tp_size, pp_size, dp_size and nnodes must be positive.")
-    if attn_dp > 1 and dp > 1:
-        raise ArgsError(
-            "ValueError",
-            f"--dp-size {dp} with --attn-dp-size {attn_dp}: data-parallel replicas combined with "
-            "attention data parallelism are not supported.",
-        )
     if attn_dp > 1 and tp % attn_dp != 0:
-        raise ArgsError("AssertionError", f"tp_size ({tp}) must be divisible by attn_dp_size ({attn_dp})")
+        raise ArgsError("AssertionError", "")  # `assert tp_size % attn_dp_size == 0`, no message
 
-    # parallel_hook.handle_context_parallelism
-    if ns.attn_cp_size > 1:
-        if tp % ns.attn_cp_size != 0:
+    # parallel_hook.handle_context_parallelism (only releases that have these flags can set them)
+    if attn_cp > 1:
+        if tp % attn_cp != 0:
             raise ArgsError("AssertionError", "tp_size must be divisible by attn_cp_size")
-        if tp % (attn_dp * ns.attn_cp_size) != 0:
+        if tp % (attn_dp * attn_cp) != 0:
             raise ArgsError("AssertionError", "tp_size must be divisible by attn_dp_size * attn_cp_size")
 
     # overrides._a2a_ep_size
-    if ns.moe_a2a_backend in A2A_EP_SPANNING_BACKENDS and ep != tp:
-        notes.append(f"The expert parallel size is adjusted from {ep} to the tensor parallel size {tp}.")
+    if backend in A2A_EP_SPANNING_BACKENDS and ep != tp:
+        notes.append(
+            f"{backend} MoE is enabled. The expert parallel size is adjusted from {ep} to the tensor parallel "
+            f"size [{tp}]."
+        )
         ep = tp
-    if ns.moe_dp_size > 1:
-        if tp % ns.moe_dp_size != 0:
-            raise ArgsError("AssertionError", f"tp_size ({tp}) must be divisible by moe_dp_size ({ns.moe_dp_size})")
-        if ep * ns.moe_dp_size > tp or (ep > 1 and ep * ns.moe_dp_size != tp):
-            raise ArgsError("AssertionError", "ep_size * moe_dp_size must equal tp_size")
-    if ep < 1 or tp % ep != 0:
-        raise ArgsError("AssertionError", f"tp_size ({tp}) must be divisible by ep_size ({ep})")
+    if moe_dp > 1:
+        if tp % moe_dp != 0:
+            raise ArgsError("AssertionError", "")
+        if ep * moe_dp > tp or (ep > 1 and ep * moe_dp != tp):
+            raise ArgsError("AssertionError", "")
 
-    # overrides._data_parallelism_defaults / _dp_lm_head_validation
-    dp_lm_head = bool(ns.enable_dp_lm_head) and max(dp, attn_dp) > 1
+    # dp-lm-head: dropped without any DP, refused without attention DP
+    dp_lm_head = bool(_get(ns, "enable_dp_lm_head", False)) and max(dp, attn_dp) > 1
     if dp_lm_head and attn_dp == 1:
-        raise ArgsError("AssertionError", "--enable-dp-lm-head requires attention DP (--attn-dp-size).")
+        raise ArgsError("AssertionError", msg["lm_head"])
 
-    served = ns.served_model_name or ns.model_path
-    lb = ns.load_balance_method
-    if lb == "auto":
-        lb = "follow_bootstrap_room" if ns.disaggregation_mode == "prefill" else "round_robin"
-
-    # validation_hook.check_server_args
-    if (tp * ns.pp_size) % ns.nnodes != 0:
-        raise ArgsError("AssertionError", "tp_size must be divisible by number of nodes")
-    if dp > 1 and ns.nnodes != 1:
+    # moe_hook.handle_a2a_moe
+    full_attention_dp = attn_dp > 1 and attn_dp == tp
+    if backend == "flashinfer_megamoe" and not full_attention_dp:
+        raise ArgsError("AssertionError", msg["flashinfer_megamoe"])
+    if backend == "flashinfer" and v >= FLASHINFER_NEEDS_FULL_ATTN_DP_SINCE and not full_attention_dp:
+        raise ArgsError("AssertionError", msg["flashinfer"])
+    if backend == "pplx" and v >= PPLX_NEEDS_ATTN_DP_SINCE and attn_dp < 2:
         raise ArgsError(
             "AssertionError",
-            "multi-node data-parallel replicas are not supported; use attention DP (--attn-dp-size) across nodes",
+            "moe_a2a_backend='pplx' requires attention DP with at least 2 groups (--attn-dp-size >= 2).",
         )
+
+    served = ns.served_model_name or ns.model_path
+    disaggregation_mode = _get(ns, "disaggregation_mode", "null")
+    lb = _get(ns, "load_balance_method", "auto")
+    if lb == "auto":
+        lb = "follow_bootstrap_room" if disaggregation_mode == "prefill" else "round_robin"
+
+    # check_server_args
+    if nnodes == 0:
+        raise ArgsError("ZeroDivisionError", "integer modulo by zero")
+    if (tp * pp) % nnodes != 0:
+        raise ArgsError("AssertionError", "tp_size must be divisible by number of nodes")
+    if dp > 1 and nnodes != 1:
+        raise ArgsError("AssertionError", msg["multi_node_dp"])
     if ":" in served:
         raise ArgsError(
             "AssertionError",
-            f"served_model_name {served!r} must not contain ':' (reserved for model:adapter LoRA syntax)",
+            "served_model_name cannot contain a colon (':') character. The colon is reserved for the "
+            f"'model:adapter' syntax used in LoRA adapter specification. Invalid value: '{served}'",
         )
-    if not 0 <= ns.node_rank < ns.nnodes:
-        raise ArgsError("AssertionError", f"node_rank ({ns.node_rank}) must be in [0, nnodes={ns.nnodes})")
-    if ns.nnodes > 1 and not ns.dist_init_addr:
-        raise ArgsError("AssertionError", "--dist-init-addr is required when --nnodes > 1")
 
     args = ServerArgs(
         model_path=ns.model_path,
-        tokenizer_path=ns.tokenizer_path or ns.model_path,
+        tokenizer_path=_get(ns, "tokenizer_path", ns.model_path),
         served_model_name=served,
-        host=ns.host,
-        port=ns.port,
+        host=_get(ns, "host", "127.0.0.1"),
+        port=_get(ns, "port", 30000),
         tp_size=tp,
-        pp_size=ns.pp_size,
+        pp_size=pp,
         dp_size=dp,
         attn_dp_size=attn_dp,
-        attn_cp_size=ns.attn_cp_size,
-        moe_dp_size=ns.moe_dp_size,
+        attn_cp_size=attn_cp,
+        moe_dp_size=moe_dp,
         ep_size=ep,
-        moe_a2a_backend=ns.moe_a2a_backend,
+        moe_a2a_backend=backend,
         enable_dp_attention=attn_dp > 1,
         enable_dp_lm_head=dp_lm_head,
         load_balance_method=lb,
-        nnodes=ns.nnodes,
-        node_rank=ns.node_rank,
-        dist_init_addr=ns.dist_init_addr,
-        max_running_requests=ns.max_running_requests,
-        max_total_tokens=ns.max_total_tokens,
-        mem_fraction_static=ns.mem_fraction_static,
-        context_length=ns.context_length,
-        chunked_prefill_size=ns.chunked_prefill_size,
-        page_size=ns.page_size,
-        disable_radix_cache=ns.disable_radix_cache,
-        enable_metrics=ns.enable_metrics,
-        api_key=ns.api_key,
-        admin_api_key=ns.admin_api_key,
-        trust_remote_code=ns.trust_remote_code,
-        skip_server_warmup=ns.skip_server_warmup,
-        disaggregation_mode=ns.disaggregation_mode,
-        stream_interval=ns.stream_interval,
-        revision=ns.revision,
-        download_dir=ns.download_dir,
-        log_level=ns.log_level,
+        nnodes=nnodes,
+        node_rank=_get(ns, "node_rank", 0),
+        dist_init_addr=_get(ns, "dist_init_addr", None),
+        max_running_requests=_get(ns, "max_running_requests", None),
+        max_total_tokens=_get(ns, "max_total_tokens", None),
+        mem_fraction_static=_get(ns, "mem_fraction_static", None),
+        context_length=_get(ns, "context_length", None),
+        chunked_prefill_size=_get(ns, "chunked_prefill_size", None),
+        page_size=_get(ns, "page_size", 1),
+        disable_radix_cache=bool(_get(ns, "disable_radix_cache", False)),
+        enable_metrics=bool(_get(ns, "enable_metrics", False)),
+        api_key=_get(ns, "api_key", None),
+        admin_api_key=_get(ns, "admin_api_key", None),
+        trust_remote_code=bool(_get(ns, "trust_remote_code", False)),
+        skip_server_warmup=bool(_get(ns, "skip_server_warmup", False)),
+        disaggregation_mode=disaggregation_mode,
+        stream_interval=_get(ns, "stream_interval", 1),
+        revision=_get(ns, "revision", None),
+        download_dir=_get(ns, "download_dir", None),
+        log_level=_get(ns, "log_level", "info"),
+        sglang_version=version,
     )
     return Resolution(args=args, notes=tuple(notes))
+
+
+def launch_problem(args: ServerArgs, knobs_max_running: int) -> str | None:
+    """Why a replica that passed SGLang's argument checks still cannot run (the real one dies or hangs at launch:
+    no scheduler for a size below 1, no rendezvous for a node rank outside the node count, no slot per rank when
+    --max-running-requests is below the attention-DP size before 0.5.23); None when it can."""
+    for name, value in (("tp_size", args.tp_size), ("dp_size", args.dp_size), ("pp_size", args.pp_size)):
+        if value < 1:
+            return f"{name}={value}: no scheduler process to launch"
+    if not 0 <= args.node_rank < args.nnodes:
+        return f"node_rank={args.node_rank} with nnodes={args.nnodes}: no rendezvous would ever complete"
+    if args.nnodes > 1 and not args.dist_init_addr:
+        return f"nnodes={args.nnodes} without --dist-init-addr: ranks cannot find each other"
+    if per_rank(args, knobs_max_running) < 1:
+        return (
+            f"--max-running-requests {args.max_running_requests} over {args.attn_dp_size} attention-DP ranks leaves "
+            f"each rank 0 slots in SGLang {args.sglang_version}"
+        )
+    return None
+
+
+def per_rank(args: ServerArgs, knobs_max_running: int) -> int:
+    """Running requests per scheduler: the operator's own arithmetic (`capacity.running_requests_per_rank`) for the
+    flag; without it the simulator's stand-in for the KV-sized default, per scheduler and never divided."""
+    if args.max_running_requests is None:
+        return knobs_max_running
+    return running_requests_per_rank(args.max_running_requests, args.attn_dp_size, args.sglang_version)

@@ -21,6 +21,7 @@ from aiohttp import web
 
 from .app import SimContext, build_app
 from .args import ServerArgs
+from .args import per_rank as args_per_rank
 from .engine import Engine, EngineConfig
 from .knobs import SimKnobs
 from .leader import LeaderMirror, leader_url
@@ -43,9 +44,10 @@ FAILURES = {
 
 
 def capacity(args: ServerArgs, knobs: SimKnobs) -> Capacity:
-    """--max-running-requests is per scheduler; attention DP divides it among its ranks (see engine.py)."""
-    mrr = args.max_running_requests or knobs.max_running
-    per_rank = max(1, mrr // args.attn_dp_size) if args.attn_dp_size > 1 else mrr
+    """SGLang's arithmetic (`capacity.running_requests_per_rank`): attention DP divides --max-running-requests among
+    its ranks; without the flag each scheduler has its own default (SGLANG_SIM_MAX_RUNNING), never divided."""
+    per_rank = max(1, args_per_rank(args, knobs.max_running))  # launch_problem refused 0 before we get here
+    mrr = args.max_running_requests if args.max_running_requests is not None else per_rank * args.num_dp_ranks
     return Capacity(
         context_length=args.context_length or knobs.context_length,
         max_running_requests=mrr,

@@ -14,8 +14,10 @@ from __future__ import annotations
 
 import argparse
 import re
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
+from decimal import Decimal
 from functools import cache
+from typing import Any
 
 from ..api.constants import DEFAULT_SGLANG_VERSION
 from .sglang_releases import ENDPOINTS, FLAGS, PROGS, RELEASES, FlagRow
@@ -80,7 +82,34 @@ def serves(path: str, version: str) -> bool:
     return spans is None or in_releases(spans, version)
 
 
-_TYPES = {"int": int, "float": float, "str": str}
+def human_readable_int(value: str) -> int:
+    """SGLang's parser for sizes (`--context-length 32k`): SI suffixes k/M/G/T (decimals allowed), IEC Ki/Mi/Gi/Ti."""
+    value = value.strip()
+    match = re.fullmatch(r"(\d+(?:\.\d+)?)(Ki|Mi|Gi|Ti|k|M|G|T)", value)
+    if match:
+        number, suffix = match.groups()
+        if suffix.endswith("i"):
+            if "." in number:
+                raise argparse.ArgumentTypeError(f"Decimals are not allowed with IEC suffixes like '{suffix}'.")
+            return int(number) * int(1024 ** ("KMGT".index(suffix[0]) + 1))
+        return int(Decimal(number) * 1000 ** ("kMGT".index(suffix) + 1))
+    try:
+        return int(value)
+    except ValueError as e:
+        raise argparse.ArgumentTypeError(f"invalid human-readable integer: {value!r}") from e
+
+
+_TYPES: dict[str, Callable[[str], Any]] = {
+    "int": int,
+    "float": float,
+    "str": str,
+    "human_readable_int": human_readable_int,
+}
+"""Value parsers the simulator implements; any other release parser reads the string as is."""
+
+
+def _type(name: str) -> Callable[[str], Any]:
+    return _TYPES.get(name, str)
 
 
 def build_parser(rows: Sequence[FlagRow], prog: str) -> argparse.ArgumentParser:
@@ -105,9 +134,9 @@ def build_parser(rows: Sequence[FlagRow], prog: str) -> argparse.ArgumentParser:
                 kwargs["action"] = "append"
             if nargs is not None:
                 kwargs["nargs"] = int(nargs) if nargs.isdigit() else nargs
-            kwargs["type"] = _TYPES[type_name]
+            kwargs["type"] = _type(type_name)
             if choices is not None:
-                kwargs["choices"] = choices if type_name == "str" else [_TYPES[type_name](c) for c in choices]
+                kwargs["choices"] = [_type(type_name)(c) for c in choices]
             if required:
                 kwargs["required"] = True
         parser.add_argument(*options, **kwargs)  # type: ignore[arg-type]

@@ -9,7 +9,6 @@ from typing import Any
 from .args import ServerArgs
 from .engine import RankLoad
 
-VERSION = "0.5.23"
 LOAD_SECTIONS = frozenset({"core", "memory", "spec", "lora", "disagg", "queues", "all"})
 _KV_GB_PER_TOKEN = 0.000125  # ~128 KiB of KV per token, an 8B-class model in bf16
 _WEIGHT_GB = 16.0
@@ -78,7 +77,7 @@ def server_info(
         "kv_events": None,
         "startup_time": startup_time,
         "internal_states": internal_states,
-        "version": VERSION,
+        "version": args.sglang_version,
         "frontend": "python",
     }
 
@@ -148,7 +147,7 @@ def loads_body(
 ) -> dict[str, Any]:
     return {
         "timestamp": iso_time,
-        "version": VERSION,
+        "version": args.sglang_version,
         "accelerator": accelerator,
         "num_accelerators": accelerators_per_dp_rank(args),
         "loads": [load_entry(args, cap, r, include, ts) for r in loads],
