@@ -24,6 +24,7 @@ from sglang_operator.api.releases import (
     parse_version,
     supported,
 )
+from sglang_operator.sim import args as sim_args
 from sglang_operator.sim import sglang_releases, versions
 
 from . import generate, samples
@@ -190,6 +191,21 @@ def test_the_simulators_table_is_the_wheels(releases: list[Release]) -> None:
         assert versions.prog_of(r.version) == r.prog
         for endpoint in ("/ready", "/get_load"):
             assert versions.serves(endpoint, r.version) == (endpoint in r.endpoints), (endpoint, r.version)
+
+
+def test_the_simulators_checks_are_the_releases(releases: list[Release]) -> None:
+    """Each start-up check the simulator applies for a release is in that release's source with the same message;
+    a check it does not apply there (pplx before 0.5.22, flashinfer before 0.5.13) is not."""
+    introduced: dict[str, str] = {}
+    for r in releases:
+        for name, message in sim_args.messages(parse_version(r.version)).items():
+            if message is not None:
+                introduced.setdefault(name, message)
+                assert any(message in text for text in r.messages), f"{r.version}: {name}: {message!r} not found"
+    for r in releases:
+        for name, message in sim_args.messages(parse_version(r.version)).items():
+            if message is None:
+                assert not any(introduced[name] in text for text in r.messages), f"{r.version} already checks {name}"
 
 
 def test_committed_files_match_the_generator() -> None:

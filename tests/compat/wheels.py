@@ -128,6 +128,7 @@ class Release:
     prog: str
     flags: tuple[Flag, ...]
     endpoints: frozenset[str]
+    messages: frozenset[str]  # string literals (f-string pieces) of server_args.py and arg_groups/: check messages
 
     @cache  # noqa: B019 - releases are few and immutable
     def by_option(self) -> dict[str, Flag]:
@@ -492,6 +493,17 @@ def _routes(source: _Source) -> frozenset[str]:
     return frozenset(found)
 
 
+def _strings(source: _Source) -> frozenset[str]:
+    """Every string literal, and every literal piece of an f-string, in the argument modules."""
+    found: set[str] = set()
+    for member in sorted(source.names):
+        if member == SERVER_ARGS or (member.startswith("sglang/srt/arg_groups/") and member.endswith(".py")):
+            for node in ast.walk(ast.parse(source.text(member))):
+                if isinstance(node, ast.Constant) and isinstance(node.value, str):
+                    found.add(node.value)
+    return frozenset(found)
+
+
 def read_release(version: str, path: Path) -> Release:
     """A release's launch flags (what `sglang.launch_server` parses) and HTTP routes, from its wheel."""
     source = _Source(path)
@@ -513,6 +525,7 @@ def read_release(version: str, path: Path) -> Release:
         prog=_prog(module.tree),
         flags=tuple(sorted(flags, key=lambda f: f.options)),
         endpoints=frozenset(e for e in TRACKED_ENDPOINTS if e in routes),
+        messages=_strings(source),
     )
 
 

@@ -147,7 +147,9 @@ FLASHINFER_NEEDS_FULL_ATTN_DP_SINCE: Version = (0, 5, 13)
 PPLX_NEEDS_ATTN_DP_SINCE: Version = (0, 5, 22)
 
 
-def _messages(v: Version) -> dict[str, str]:
+def messages(v: Version) -> dict[str, str | None]:
+    """The start-up checks `resolve` applies for release `v`, by name, with that release's message; None where the
+    release does not check it. tests/compat finds each message in the release's source and none before it."""
     new = v >= ATTN_DP_FLAG_SINCE
     return {
         "lm_head": "--enable-dp-lm-head requires attention DP (--attn-dp-size)."
@@ -164,10 +166,24 @@ def _messages(v: Version) -> dict[str, str]:
             else "Flashinfer MoE A2A is only supported with --attn-dp-size equal to --tp-size"
             if new
             else "Flashinfer MoE A2A is only supported with dp_size == tp_size and --enable-dp-attention"
+            if v >= FLASHINFER_NEEDS_FULL_ATTN_DP_SINCE
+            else None
         ),
         "flashinfer_megamoe": "FlashInfer MegaMOE is only supported with --attn-dp-size equal to --tp-size"
         if new
-        else "FlashInfer MegaMOE is only supported with dp_size == tp_size and --enable-dp-attention",
+        else "FlashInfer MegaMOE is only supported with dp_size == tp_size and --enable-dp-attention"
+        if v >= (0, 5, 20)  # the backend itself is new in 0.5.20
+        else None,
+        "pplx": "moe_a2a_backend='pplx' requires attention DP with at least 2 groups (--attn-dp-size >= 2)."
+        if v >= PPLX_NEEDS_ATTN_DP_SINCE
+        else None,
+        "attn_dp_positive": "--attn-dp-size must be positive (got " if new else None,
+        "attn_dp_with_dp": "data-parallel replicas combined with attention data parallelism are not supported."
+        if new
+        else None,
+        "nnodes": "tp_size must be divisible by number of nodes",
+        "colon": "served_model_name cannot contain a colon (':') character. The colon is reserved for the "
+        "'model:adapter' syntax used in LoRA adapter specification. Invalid value: '",
     }
 
 
@@ -180,7 +196,7 @@ class Resolution:
 def resolve(ns: argparse.Namespace, version: str = versions.DEFAULT_VERSION) -> Resolution:
     """The release's resolution, then its checks of the flags the simulator models, in SGLang's order."""
     v = parse_version(version)
-    msg = _messages(v)
+    msg = messages(v)
     notes: list[str] = []
     tp, pp, nnodes = _get(ns, "tp_size", 1), _get(ns, "pp_size", 1), _get(ns, "nnodes", 1)
     dp, attn_dp, ep = _get(ns, "dp_size", 1), _get(ns, "attn_dp_size", 1), _get(ns, "ep_size", 1)
@@ -198,13 +214,9 @@ def resolve(ns: argparse.Namespace, version: str = versions.DEFAULT_VERSION) -> 
             if attn_dp == 1:
                 attn_dp, dp = dp, 1
         if attn_dp < 1:
-            raise ArgsError("ValueError", f"--attn-dp-size must be positive (got {attn_dp}).")
+            raise ArgsError("ValueError", f"{msg['attn_dp_positive']}{attn_dp}).")
         if attn_dp > 1 and dp > 1:
-            raise ArgsError(
-                "ValueError",
-                f"--dp-size {dp} with --attn-dp-size {attn_dp}: data-parallel replicas combined with "
-                "attention data parallelism are not supported.",
-            )
+            raise ArgsError("ValueError", f"--dp-size {dp} with --attn-dp-size {attn_dp}: {msg['attn_dp_with_dp']}")
     else:
         # server_args._handle_data_parallelism: --dp-size N --enable-dp-attention is attention DP N; dp 1 disables it
         if dp == 1:
@@ -237,19 +249,16 @@ def resolve(ns: argparse.Namespace, version: str = versions.DEFAULT_VERSION) -> 
     # dp-lm-head: dropped without any DP, refused without attention DP
     dp_lm_head = bool(_get(ns, "enable_dp_lm_head", False)) and max(dp, attn_dp) > 1
     if dp_lm_head and attn_dp == 1:
-        raise ArgsError("AssertionError", msg["lm_head"])
+        raise ArgsError("AssertionError", str(msg["lm_head"]))
 
     # moe_hook.handle_a2a_moe
     full_attention_dp = attn_dp > 1 and attn_dp == tp
-    if backend == "flashinfer_megamoe" and not full_attention_dp:
+    if backend == "flashinfer_megamoe" and msg["flashinfer_megamoe"] and not full_attention_dp:
         raise ArgsError("AssertionError", msg["flashinfer_megamoe"])
-    if backend == "flashinfer" and v >= FLASHINFER_NEEDS_FULL_ATTN_DP_SINCE and not full_attention_dp:
+    if backend == "flashinfer" and msg["flashinfer"] and not full_attention_dp:
         raise ArgsError("AssertionError", msg["flashinfer"])
-    if backend == "pplx" and v >= PPLX_NEEDS_ATTN_DP_SINCE and attn_dp < 2:
-        raise ArgsError(
-            "AssertionError",
-            "moe_a2a_backend='pplx' requires attention DP with at least 2 groups (--attn-dp-size >= 2).",
-        )
+    if backend == "pplx" and msg["pplx"] and attn_dp < 2:
+        raise ArgsError("AssertionError", msg["pplx"])
 
     served = ns.served_model_name or ns.model_path
     disaggregation_mode = _get(ns, "disaggregation_mode", "null")
@@ -261,14 +270,13 @@ def resolve(ns: argparse.Namespace, version: str = versions.DEFAULT_VERSION) -> 
     if nnodes == 0:
         raise ArgsError("ZeroDivisionError", "integer modulo by zero")
     if (tp * pp) % nnodes != 0:
-        raise ArgsError("AssertionError", "tp_size must be divisible by number of nodes")
+        raise ArgsError("AssertionError", str(msg["nnodes"]))
     if dp > 1 and nnodes != 1:
-        raise ArgsError("AssertionError", msg["multi_node_dp"])
+        raise ArgsError("AssertionError", str(msg["multi_node_dp"]))
     if ":" in served:
         raise ArgsError(
             "AssertionError",
-            "served_model_name cannot contain a colon (':') character. The colon is reserved for the "
-            f"'model:adapter' syntax used in LoRA adapter specification. Invalid value: '{served}'",
+            f"{msg['colon']}{served}'",
         )
 
     args = ServerArgs(
