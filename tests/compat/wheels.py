@@ -52,6 +52,16 @@ RELEASES: tuple[str, ...] = (
     "0.5.23",
 )
 CACHE_ENV = "SGLANG_OPERATOR_WHEEL_CACHE"
+WHEEL_TARGET = (
+    "--platform",
+    "manylinux_2_34_x86_64",
+    "--python-version",
+    "311",
+    "--implementation",
+    "cp",
+    "--abi",
+    "cp311",
+)
 SERVER_ARGS = "sglang/srt/server_args.py"
 HTTP_SERVER = "sglang/srt/entrypoints/http_server.py"
 # Routes whose presence per release the operator or the simulator depends on.
@@ -79,9 +89,11 @@ def wheel(version: str, directory: Path | None = None) -> Path:
     if found:
         return found
     directory.mkdir(parents=True, exist_ok=True)
+    # Later releases ship CPython 3.11 manylinux wheels only; ask for those whatever runs the tests (the Python
+    # source inside is the same), so a CI on another Python or platform reads the same files.
     command = [
         sys.executable, "-m", "pip", "download", "--no-deps", "--only-binary=:all:", "--disable-pip-version-check",
-        "-q", f"sglang=={version}", "-d", str(directory),
+        *WHEEL_TARGET, "-q", f"sglang=={version}", "-d", str(directory),
     ]  # fmt: skip
     try:
         done = subprocess.run(command, capture_output=True, text=True, timeout=600, check=False)
