@@ -108,10 +108,11 @@ def owned_flag(arg: str, owned: Iterable[str]) -> str | None:
 
 
 def owned_flag_cel(path: str, owned: Iterable[str]) -> str:
-    """CEL twin of `owned_flag` over the list at `path`: no element names an owned flag."""
+    """CEL twin of `owned_flag` over the list at `path`: no element names an owned flag. An empty list has no CRD
+    default, so the field may be absent."""
     names = ", ".join(f"'{name}'" for name in sorted(owned))
     return (
-        f"{path}.all(a, !a.startsWith('--') || size(a.split('=')[0]) < 3 || "
+        f"!has({path}) || {path}.all(a, !a.startsWith('--') || size(a.split('=')[0]) < 3 || "
         f"![{names}].exists(f, f.startsWith(a.split('=')[0])))"
     )
 

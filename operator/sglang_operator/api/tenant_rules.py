@@ -28,10 +28,20 @@ from .spec import SGLangDeploymentSpec
 
 _TEMPLATE = "self.template.spec"
 _CONTAINERS = f"{_TEMPLATE}.containers"
-# Both container lists as one CEL list (absent lists as empty ones).
-_ALL_CONTAINERS = (
-    f"((has({_CONTAINERS}) ? {_CONTAINERS} : []) + (has({_TEMPLATE}.initContainers) ? {_TEMPLATE}.initContainers : []))"
+_META = "self.template.metadata"
+# The names of both container lists as one CEL list (the two lists have distinct CEL types and cannot be added).
+_CONTAINER_NAMES = (
+    f"((has({_CONTAINERS}) ? {_CONTAINERS}.map(c, c.name) : []) + "
+    f"(has({_TEMPLATE}.initContainers) ? {_TEMPLATE}.initContainers.map(c, c.name) : []))"
 )
+
+
+def _mounts_declared_cel(containers: str) -> str:
+    """CEL: every volumeMount of the containers at `containers` names a template volume."""
+    return (
+        f"(!has({containers}) || {containers}.all(c, !has(c.volumeMounts) || c.volumeMounts.all(m, "
+        f"has({_TEMPLATE}.volumes) && {_TEMPLATE}.volumes.exists(v, v.name == m.name))))"
+    )
 
 
 def _flags_rule(field: str, owned: dict[str, str], args: Callable[[SGLangDeploymentSpec], list[str]]) -> Rule:
@@ -86,7 +96,7 @@ def _is_label_key(key: str) -> bool:
 _ENV_LIST = ", ".join(f"'{name}'" for name in ENGINE_ENV)
 _VOLUME_SOURCES = ("configMap", "secret", "emptyDir", "persistentVolumeClaim", "downwardAPI", "projected")
 _MAIN_ONLY = [f for f in ("image", "command", "args", "workingDir", "ports") if f not in MAIN_CONTAINER_FIELDS]
-_GPU_IN = "self.resources.gpuResourceName in c.resources.{kind}"
+_GPU_IN = "(has(c.resources.{kind}) && self.resources.gpuResourceName in c.resources.{kind})"
 
 TENANT_RULES: tuple[Rule, ...] = (
     _flags_rule("spec.engine.args", ENGINE_FLAGS, lambda s: s.engine.args),
@@ -96,7 +106,7 @@ TENANT_RULES: tuple[Rule, ...] = (
         message="must not set env the operator sets; where each comes from: "
         + "; ".join(f"{name}: {field}" for name, field in ENGINE_ENV.items())
         + ". Use that field (a token belongs in a Secret, never in a plain value).",
-        cel=f"self.engine.env.all(e, !(e.name in [{_ENV_LIST}])) && (!has({_CONTAINERS}) || "
+        cel=f"(!has(self.engine.env) || self.engine.env.all(e, !(e.name in [{_ENV_LIST}]))) && (!has({_CONTAINERS}) || "
         f"{_CONTAINERS}.all(c, c.name != '{MAIN_CONTAINER}' || !has(c.env) || "
         f"c.env.all(e, !(e.name in [{_ENV_LIST}]))))",
         holds=lambda s: not any(name in ENGINE_ENV for name in _env_names(s)),
@@ -108,10 +118,11 @@ TENANT_RULES: tuple[Rule, ...] = (
         + ", ".join(f"{p}*" for p in SECURITY_ANNOTATION_PREFIXES)
         + "), and keys must be valid Kubernetes label keys (prefix/name, name at most 63 characters of letters, "
         "digits, '-', '_' and '.').",
-        cel=f"self.template.metadata.labels.all(k, !k.startsWith('{RESERVED_KEY_PREFIX}') && k.matches(r'{LABEL_KEY}'))"
-        f" && self.template.metadata.annotations.all(k, !k.startsWith('{RESERVED_KEY_PREFIX}') && "
+        cel=f"(!has({_META}.labels) || {_META}.labels.all(k, !k.startsWith('{RESERVED_KEY_PREFIX}') && "
+        f"k.matches(r'{LABEL_KEY}'))) && (!has({_META}.annotations) || {_META}.annotations.all(k, "
+        f"!k.startsWith('{RESERVED_KEY_PREFIX}') && "
         + " && ".join(f"!k.startsWith('{p}')" for p in SECURITY_ANNOTATION_PREFIXES)
-        + f" && k.matches(r'{LABEL_KEY}'))",
+        + f" && k.matches(r'{LABEL_KEY}')))",
         holds=lambda s: (
             all(_is_label_key(key) and not key.startswith(RESERVED_KEY_PREFIX) for key in _keys(s))
             and not any(key.startswith(SECURITY_ANNOTATION_PREFIXES) for key in s.template.metadata.annotations)
@@ -172,9 +183,8 @@ TENANT_RULES: tuple[Rule, ...] = (
         message="container names must be unique across containers and initContainers, and every volumeMount must "
         f"name a volume of template.spec.volumes (the operator's own {', '.join(RESERVED_VOLUMES)} are mounted by "
         "the operator only, read-only where they hold a node directory).",
-        cel=f"{_ALL_CONTAINERS}.all(c, {_ALL_CONTAINERS}.exists_one(d, d.name == c.name)) && "
-        f"{_ALL_CONTAINERS}.all(c, !has(c.volumeMounts) || c.volumeMounts.all(m, has({_TEMPLATE}.volumes) && "
-        f"{_TEMPLATE}.volumes.exists(v, v.name == m.name)))",
+        cel=f"{_CONTAINER_NAMES}.all(n, {_CONTAINER_NAMES}.exists_one(m, m == n)) && "
+        f"{_mounts_declared_cel(_CONTAINERS)} && {_mounts_declared_cel(_TEMPLATE + '.initContainers')}",
         holds=_containers_and_mounts_consistent,
     ),
     Rule(
