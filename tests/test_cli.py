@@ -2,6 +2,7 @@
 
 import io
 import json
+import os
 import shutil
 import subprocess
 import sys
@@ -108,6 +109,21 @@ def test_stdin_is_named_stdin() -> None:
     result = run("validate", "-f", "-", stdin="apiVersion: sglang.ai/v1alpha1\nkind: SGLangDeployment\nspec: {}\n")
     assert result.returncode == 1
     assert result.stderr.splitlines()[0] == "error: <stdin>: metadata.name: is required."
+
+
+def test_a_terminal_without_unicode_gets_escapes(tmp_path: Path) -> None:
+    text = INVALID.replace("name: bad", "name: bad, namespace: équipe").replace("tp: 6, attentionDP: 4", "tp: 1")
+    path = write(tmp_path, text + "  caché: 1\n")
+    result = subprocess.run(
+        [CLI, "validate", "-f", path], capture_output=True, timeout=60, env={**os.environ, "PYTHONIOENCODING": "ascii"}
+    )
+    assert result.returncode == 1 and result.stdout == b""
+    assert result.stderr.decode("ascii").splitlines() == [
+        f"error: {path}: metadata.namespace: must be a DNS-1123 label of at most 63 characters (lower-case letters, "
+        "digits and '-'): no namespace has another name.",
+        f"error: {path}: spec.cach\\xe9: unknown field; known fields: model, engine, parallelism, resources, "
+        "replicas, router, autoscaling, template, updateStrategy, monitoring, networkPolicy.",
+    ]
 
 
 def test_control_characters_in_fields_are_shown_escaped(tmp_path: Path) -> None:

@@ -9,6 +9,7 @@ import argparse
 import contextlib
 import json
 import os
+import re
 import sys
 from typing import Any, NoReturn
 
@@ -46,6 +47,14 @@ def check_cr(
         problems.append(Problem("metadata.name", "is required."))
     elif cr.meta.name:
         problems += [Problem(e.field, e.message) for e in NAME_RULE.check(cr.meta.name)]
+    if len(cr.meta.namespace) > 63 or not re.fullmatch(r"[a-z0-9]([-a-z0-9]*[a-z0-9])?", cr.meta.namespace):
+        problems.append(
+            Problem(
+                "metadata.namespace",
+                "must be a DNS-1123 label of at most 63 characters (lower-case letters, digits and '-'): no "
+                "namespace has another name.",
+            )
+        )
     spec, errors = parse_spec(cr.raw_spec, strict=True)
     problems += [Problem(e.field, e.message) for e in errors]
     if spec is not None:
@@ -268,6 +277,9 @@ def main(argv: list[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
     if args.command == "run":
         return int(args.func(args))  # the operator's own failures keep their tracebacks, for its logs
+    for stream in (sys.stdout, sys.stderr):  # a terminal that cannot show a character gets an escape, not an error
+        with contextlib.suppress(AttributeError, ValueError):
+            stream.reconfigure(errors="backslashreplace")  # type: ignore[union-attr]
     try:
         return int(args.func(args))
     except (UsageError, CRFileError) as exc:
