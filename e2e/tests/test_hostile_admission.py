@@ -10,6 +10,7 @@ Every case is sent; the mismatches are collected and reported together, so one r
 
 from __future__ import annotations
 
+import json
 import re
 from typing import Any
 
@@ -29,18 +30,32 @@ def _dry_run(api_client: client.ApiClient, namespace: str, doc: dict[str, Any], 
             GROUP, VERSION, namespace, PLURAL, doc, dry_run="All", **extra
         )
     except ApiException as exc:
-        return f"{exc.status}: {exc.body}"
+        return _said(exc)
     return None
+
+
+def _said(exc: ApiException) -> str:
+    """The Status' message and the fields of its causes: what the API server says about the object (not the rest
+    of the Status, whose own `metadata` would match any field named metadata)."""
+    try:
+        status = json.loads(exc.body)
+    except (TypeError, ValueError):
+        return f"{exc.status}: {exc.body}"
+    causes = (status.get("details") or {}).get("causes") or []
+    fields = " ".join(str(cause.get("field", "")) for cause in causes)
+    return f"{exc.status}: {status.get('message', '')} [fields: {fields}]"
 
 
 def _path(text: str) -> str:
     """A field path with `[0]` and `[key]` written as `.0` and `.key` (the API server writes map keys `labels[a]`,
     validate `labels.a`)."""
-    return re.sub(r"\[([^\]]*)\]", r".\1", text)
+    return re.sub(r"\[([^\[\]\s]*)\]", r".\1", text)
 
 
 def _names(refusal: str, case: Hostile) -> bool:
-    return _path(case.field) in _path(refusal)
+    """The refusal names the case's field, or (for a request refused before any field is looked at) says what
+    the case expects instead."""
+    return _path(case.field) in _path(refusal) or (case.admission is not None and case.admission in refusal)
 
 
 def _mismatches(api_client: client.ApiClient, namespace: str, kind: str, strict: bool) -> list[str]:

@@ -44,6 +44,9 @@ class Hostile:
     """What a tenant gets if it were accepted (issue 16's item where there is one)."""
     allowed_host_paths: tuple[str, ...] = ()
     """The operator's setting the case is checked under (validate --allow-host-path); none by default."""
+    admission: str | None = None
+    """Where the API server refuses the request before validating fields (no JSON, a namespace other than the
+    request's, a name of the wrong type), a fragment of what it says instead of the field."""
 
     @property
     def text(self) -> str:
@@ -90,6 +93,7 @@ _OWNED_ENV = "must not set env the operator sets"
 _RESERVED_KEY = "must not use the operator's prefix sglang.ai/"
 _DNS1035 = "must be a DNS-1035 label of at most 40 characters"
 _UNKNOWN = "unknown field"
+_NOT_JSON = "json parse error"  # JSON has no Infinity or NaN: no client can send them (kubectl refuses .inf itself)
 _TEMPLATE_MOUNTS = "every volumeMount must name a volume of template.spec.volumes"
 
 # fmt: off
@@ -274,11 +278,13 @@ CASES: list[Hostile] = [
     Hostile("replicas-string", cr({"replicas": "3"}), "spec.replicas", _INT_TYPE, SCHEMA, "'3' coerced to 3"),
     Hostile("replicas-bool", cr({"replicas": True}), "spec.replicas", _INT_TYPE, SCHEMA, "true coerced to 1"),
     Hostile("replicas-float", cr({"replicas": 2.5}), "spec.replicas", _INT_TYPE, SCHEMA, "2.5 truncated"),
-    Hostile("replicas-inf", cr({"replicas": float("inf")}), "spec.replicas", _INT_TYPE, SCHEMA, "YAML .inf"),
+    Hostile("replicas-inf", cr({"replicas": float("inf")}), "spec.replicas", _INT_TYPE, SCHEMA, "YAML .inf",
+            admission=_NOT_JSON),
     Hostile("tolerance-nan", cr({"autoscaling": {"tolerance": float("nan")}}), "spec.autoscaling.tolerance",
-            "must be a finite number", SCHEMA, "NaN compares false with every bound"),
+            "must be a finite number", SCHEMA, "NaN compares false with every bound", admission=_NOT_JSON),
     Hostile("panic-threshold-inf", cr({"autoscaling": {"panicThreshold": float("inf")}}),
-            "spec.autoscaling.panicThreshold", "must be a finite number", SCHEMA, "an infinite multiple"),
+            "spec.autoscaling.panicThreshold", "must be a finite number", SCHEMA, "an infinite multiple",
+            admission=_NOT_JSON),
     Hostile("trust-remote-code-string", cr({"model": {"trustRemoteCode": "yes please"}}),
             "spec.model.trustRemoteCode", "must be of type boolean", SCHEMA, "a string taken as true"),
     Hostile("args-not-a-list", cr({"engine": {"args": "--port 1"}}), "spec.engine.args", "must be of type array",
@@ -395,11 +401,12 @@ CASES: list[Hostile] = [
     Hostile("name-trailing-dash", cr(metadata={"name": "llama-"}), "metadata.name", _DNS1035, SCHEMA,
             "an invalid DNS label"),
     Hostile("namespace-invalid", cr(metadata={"name": NAME, "namespace": "Kube_System"}), "metadata.namespace",
-            "must be a DNS-1123 label", SCHEMA, "a namespace that cannot exist"),
+            "must be a DNS-1123 label", SCHEMA, "a namespace that cannot exist",
+            admission="does not match the namespace sent on the request"),
     Hostile("metadata-a-string", cr(metadata="oops"), "metadata", "must be an object", SCHEMA,
-            "a traceback in validate (issue 16 fuzzing)"),
+            "a traceback in validate (issue 16 fuzzing)", admission="into Go value of type v1.ObjectMeta"),
     Hostile("name-a-number", cr(metadata={"name": 12345}), "metadata.name", "must be a string", SCHEMA,
-            "a name of the wrong type"),
+            "a name of the wrong type", admission="cannot unmarshal number into Go struct field ObjectMeta.name"),
     # --- typos and unknown fields: refused by validate with a did-you-mean ---
     Hostile("typo-replica", cr({"replica": 3}), "spec.replica", "did you mean replicas?", UNKNOWN,
             "one replica instead of three, silently"),
