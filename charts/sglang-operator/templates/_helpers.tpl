@@ -50,15 +50,16 @@ app.kubernetes.io/part-of: sglang-operator
 Permissions on namespaced resources: exactly the API calls the operator (controller/*.py) and kopf make.
   pods               kopf watches them cluster-wide (list, watch) to wake the reconcile loop; reconcile lists
                      them; apply.py creates, annotates (patch) and deletes them. Never read one by name.
-  services           reconcile reads them by name (get); apply.py creates and patches them
+  services           reconcile reads them by name (get); apply.py creates and patches them, and deletes one it
+                     owns that is no longer rendered (nnodes back to 1, router turned off)
   deployments        the same, for the router Deployment
   secrets            the Secrets a CR names (router API key, prometheusAuth): get by name only, no list
   events             Kubernetes events on the CR, posted by the operator and by kopf
   sglangdeployments  kopf lists and watches them and patches its finalizer and annotations; reconcile gets one
   .../status         one status patch per reconcile pass
-  podmonitors        the optional prometheus-operator PodMonitor (get, create, patch like other children)
-  networkpolicies    the optional per-fleet NetworkPolicy (spec.networkPolicy.enabled): read by name and listed
-                     and watched to notice drift, created, patched, and deleted when a CR turns it off
+  podmonitors        the optional prometheus-operator PodMonitor (get, create, patch, delete like other children)
+  networkpolicies    the optional per-fleet NetworkPolicy (spec.networkPolicy.enabled): the same verbs; read by
+                     name, never listed or watched
 */}}
 {{- define "sglang-operator.namespacedRules" -}}
 - apiGroups: [""]
@@ -66,10 +67,10 @@ Permissions on namespaced resources: exactly the API calls the operator (control
   verbs: ["list", "watch", "create", "patch", "delete"]
 - apiGroups: [""]
   resources: ["services"]
-  verbs: ["get", "create", "patch"]
+  verbs: ["get", "create", "patch", "delete"]
 - apiGroups: ["apps"]
   resources: ["deployments"]
-  verbs: ["get", "create", "patch"]
+  verbs: ["get", "create", "patch", "delete"]
 - apiGroups: [""]
   resources: ["secrets"]
   verbs: ["get"]
@@ -84,10 +85,10 @@ Permissions on namespaced resources: exactly the API calls the operator (control
   verbs: ["patch"]
 - apiGroups: ["monitoring.coreos.com"]
   resources: ["podmonitors"]
-  verbs: ["get", "create", "patch"]
+  verbs: ["get", "create", "patch", "delete"]
 - apiGroups: ["networking.k8s.io"]
   resources: ["networkpolicies"]
-  verbs: ["get", "list", "watch", "create", "patch", "delete"]
+  verbs: ["get", "create", "patch", "delete"]
 {{- end }}
 
 {{/* A map as the `k=v,k2=v2` text the `run` label flags take (keys sorted, as `range` sorts them). */}}
