@@ -8,6 +8,8 @@ to a real API server.
 
 from __future__ import annotations
 
+import time
+import tracemalloc
 from collections import Counter
 from pathlib import Path
 
@@ -16,11 +18,11 @@ import yaml
 
 from sglang_operator.api.validation import check_pod_policy, parse_spec
 from sglang_operator.autoscaling.loop import prometheus_url_allowed
-from sglang_operator.crfile import CRFileError, load_cr, loader_class
+from sglang_operator.crfile import MAX_BYTES, MAX_NODES, CRFileError, load_cr, loader_class
 from sglang_operator.settings import OperatorSettings, PodPolicy
 
 from .cli_runner import names_field, problems, run_cli, write
-from .corpus import CASES, MALFORMED, POLICY, SCHEMA, UNKNOWN, Hostile, Malformed
+from .corpus import API_VERSION, CASES, KIND, MALFORMED, POLICY, SCHEMA, UNKNOWN, Hostile, Malformed
 
 SECONDS = 1.0
 
@@ -37,6 +39,10 @@ def _params(cases: list[Hostile]) -> list[object]:
         else pytest.param(case, id=case.id)
         for case in cases
     ]
+
+
+def _doc_with(spec_text: str) -> bytes:
+    return f"apiVersion: {API_VERSION}\nkind: {KIND}\nmetadata: {{name: big}}\nspec: {spec_text}\n".encode()
 
 
 def _policy_args(case: Hostile) -> list[str]:
@@ -120,5 +126,28 @@ def test_malformed_files_without_libyaml(case: Malformed, tmp_path: Path) -> Non
     """Where PyYAML has no libyaml, the pure-Python parser (which accepts surrogate escapes and recurses when it
     composes) must meet the same bounds: the event checks refuse before anything is composed."""
     path = write(tmp_path, f"{case.id}.yaml", case.data)
+    start = time.perf_counter()
     with pytest.raises(CRFileError):
         load_cr(path, loader_cls=loader_class(yaml.SafeLoader))
+    assert time.perf_counter() - start < SECONDS
+
+
+_LARGEST = [
+    ("a 1 MiB file of one string", _doc_with("{model: {path: m}, x: '" + "a" * (MAX_BYTES - 200) + "'}")),
+    ("10,000 values", _doc_with("{model: {path: m}, x: [" + ", ".join(["1"] * (MAX_NODES - 20)) + "]}")),
+    ("64 levels", _doc_with("{model: {path: m}, x: " + "[" * 60 + "]" * 60 + "}")),
+    *((case.id, case.data) for case in MALFORMED if case.id in ("billion-laughs", "deep-flow-20k", "too-big")),
+]
+
+
+@pytest.mark.parametrize(("what", "data"), _LARGEST, ids=[what for what, _ in _LARGEST])
+def test_the_largest_inputs_take_bounded_memory(what: str, data: bytes) -> None:
+    """What the limits allow at most (and the bombs they stop) costs a few times the file's size, never more."""
+    tracemalloc.start()
+    try:
+        result = run_cli("validate", "-f", "-", stdin=data)
+        _, peak = tracemalloc.get_traced_memory()
+    finally:
+        tracemalloc.stop()
+    assert result.rc in (1, 2) and "internal error" not in result.err, result.err
+    assert peak < 8 * MAX_BYTES, f"{what}: {peak / 2**20:.0f} MiB"
