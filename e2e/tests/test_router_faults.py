@@ -108,3 +108,39 @@ def test_a_faulty_router_is_reported_and_another_fleet_keeps_reconciling(
     warnings = [e.message for e in events if e.type == "Warning" and e.reason == "RegistrationFailed"]
     assert warnings and not any(word in m for m in warnings for word in SMG_ERROR_BODY_WORDS), warnings
     assert len(warnings) < 10, warnings  # one per distinct failure, not one per pass
+
+
+@pytest.mark.usefixtures("operator")
+def test_router_children_follow_the_spec_and_a_foreign_service_is_never_touched(
+    api_client: client.ApiClient, core: client.CoreV1Api, namespace: str
+) -> None:
+    apps = client.AppsV1Api(api_client)
+    foreign = {"metadata": {"name": "other-router", "labels": {"team": "b"}},
+               "spec": {"ports": [{"port": 80}], "selector": {"app": "b"}}}  # fmt: skip
+    core.create_namespaced_service(namespace, foreign)
+    mine, other = Fleet(api_client, namespace, "mine"), Fleet(api_client, namespace, "other")
+    mine.apply(quickstart(1))
+    other.apply(quickstart(1))
+    mine.wait_ready(1)
+
+    def collision() -> dict[str, Any] | None:
+        degraded = condition(other, "Degraded")
+        ok = degraded.get("reason") == "NameCollision" and "Service other-router" in degraded.get("message", "")
+        return degraded if ok else None
+
+    wait_for(collision, 60, "the other fleet to report its router Service's name taken", interval=0.5)
+    service = core.read_namespaced_service("other-router", namespace)
+    assert service.metadata.owner_references is None and service.metadata.labels == {"team": "b"}
+    assert service.spec.selector == {"app": "b"}
+
+    mine.patch_spec({"router": {"enabled": False}})
+    other.patch_spec({"router": {"enabled": False}})
+
+    def router_children_gone() -> bool:
+        names = {d.metadata.name for d in apps.list_namespaced_deployment(namespace).items}
+        services = {s.metadata.name for s in core.list_namespaced_service(namespace).items}
+        return "mine-router" not in names and "mine-router" not in services and "other-router" not in names
+
+    wait_for(router_children_gone, 60, "the disabled routers' Deployments and Service deleted", interval=0.5)
+    assert core.read_namespaced_service("other-router", namespace).metadata.labels == {"team": "b"}  # not ours
+    wait_for(lambda: condition(other, "Degraded").get("status") == "False", 60, "the collision to clear")
