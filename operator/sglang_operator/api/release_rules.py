@@ -6,9 +6,11 @@ regular expressions (`find`, Kubernetes' regex library), so the API server deriv
 """
 
 from .releases import (
+    FLASHINFER_ATTN_DP_CHECK_SINCE,
     MOE_A2A_BACKEND_SINCE,
     NEWEST_SUPPORTED,
     OLDEST_SUPPORTED,
+    RUNNING_REQUESTS_FLOOR_SINCE,
     SUPPORTED_RANGE,
     TAG_VERSION_PATTERN,
     Version,
@@ -42,6 +44,12 @@ def _cel_list(items: list[str]) -> str:
 
 _GATED = {value: since for value, since in MOE_A2A_BACKEND_SINCE.items() if since > OLDEST_SUPPORTED}
 _GATED_CEL = "{" + ", ".join(f"'{v}': {_cel_list(_versions_from(s))}" for v, s in sorted(_GATED.items())) + "}"
+
+
+def _since(spec: SGLangDeploymentSpec, release: Version) -> bool:
+    """The image runs `release` or later (an unknown version counts as the newest: other rules report it)."""
+    version = spec.engine.sglang_version
+    return not version or parse_version(version) >= release
 
 
 def _backend_available(spec: SGLangDeploymentSpec) -> bool:
@@ -83,19 +91,36 @@ RELEASE_RULES: tuple[Rule, ...] = (
     ),
     Rule(
         field="spec.parallelism.attentionDP",
-        message="the pplx all-to-all backend needs attention data parallelism (attentionDP >= 2), as SGLang "
-        "checks at start-up; set attentionDP or pick another backend.",
+        message="the pplx all-to-all backend needs attention data parallelism (attentionDP >= 2): SGLang refuses it "
+        "at start-up from 0.5.22, and earlier releases fail later, in the kernel; set attentionDP or pick another "
+        "backend.",
         cel=f"{_PAR}.moeA2ABackend != 'pplx' || {_PAR}.attentionDP >= 2",
         holds=lambda s: s.parallelism.moe_a2a_backend != "pplx" or s.parallelism.attention_dp >= 2,
     ),
     Rule(
         field="spec.parallelism.attentionDP",
-        message="the flashinfer and flashinfer_megamoe all-to-all backends need attentionDP == tp, as SGLang "
-        "checks at start-up; set attentionDP to tp or pick another backend.",
-        cel=f"!({_PAR}.moeA2ABackend in ['flashinfer', 'flashinfer_megamoe']) || {_PAR}.attentionDP == {_PAR}.tp",
+        message="the flashinfer and flashinfer_megamoe all-to-all backends need attentionDP == tp, as SGLang checks "
+        f"at start-up from {format_version(FLASHINFER_ATTN_DP_CHECK_SINCE)}; set attentionDP to tp or pick another "
+        "backend.",
+        cel=f"!({_PAR}.moeA2ABackend in ['flashinfer', 'flashinfer_megamoe']) || {_PAR}.attentionDP == {_PAR}.tp || "
+        f"!({_BASE_CEL} in {_cel_list(_versions_from(FLASHINFER_ATTN_DP_CHECK_SINCE))})",
         holds=lambda s: (
             s.parallelism.moe_a2a_backend not in ("flashinfer", "flashinfer_megamoe")
             or s.parallelism.attention_dp == s.parallelism.tp
+            or not _since(s, FLASHINFER_ATTN_DP_CHECK_SINCE)
+        ),
+    ),
+    Rule(
+        field="spec.engine.maxRunningRequests",
+        message="must be at least attentionDP: SGLang divides it across the attention-DP ranks and, before "
+        f"{format_version(RUNNING_REQUESTS_FLOOR_SINCE)}, leaves a rank with no slot at all when it is smaller; "
+        "raise it or use a newer image.",
+        cel=f"!has(self.engine.maxRunningRequests) || self.engine.maxRunningRequests >= {_PAR}.attentionDP || "
+        f"{_BASE_CEL} in {_cel_list(_versions_from(RUNNING_REQUESTS_FLOOR_SINCE))}",
+        holds=lambda s: (
+            s.engine.max_running_requests is None
+            or s.engine.max_running_requests >= s.parallelism.attention_dp
+            or _since(s, RUNNING_REQUESTS_FLOOR_SINCE)
         ),
     ),
 )

@@ -35,6 +35,11 @@ ATTN_DP_FLAG_SINCE: Final[Version] = (0, 5, 22)
 READY_ENDPOINT_SINCE: Final[Version] = (0, 5, 20)
 """`GET /ready`; before it only `/health` exists."""
 
+FLASHINFER_ATTN_DP_CHECK_SINCE: Final[Version] = (0, 5, 13)
+"""From here SGLang refuses the flashinfer all-to-all backends unless attention DP spans tp."""
+RUNNING_REQUESTS_FLOOR_SINCE: Final[Version] = (0, 5, 23)
+"""From here `max_running_requests // attn_dp` has a floor of 1; before, a rank can get no slot."""
+
 VERSION_PATTERN: Final = r"^[0-9]+\.[0-9]+\.[0-9]+(\.post[0-9]+)?$"
 # The version at the start of an image tag: `v0.5.21`, `v0.5.21-cu129`, `0.5.15.post1-cu126`.
 TAG_VERSION_PATTERN: Final = r"[0-9]+\.[0-9]+\.[0-9]+(\.post[0-9]+)?"
