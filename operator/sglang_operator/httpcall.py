@@ -210,7 +210,7 @@ def bounded_request(
             while True:
                 if time.monotonic() >= deadline or guard.expired:
                     raise _late(f"{what}: HTTP {response.status_code}, body not complete within {deadline_seconds:g}s")
-                chunk = response.raw.read1(_CHUNK_BYTES)
+                chunk = response.raw.read1(_CHUNK_BYTES, decode_content=True)  # gzip: what .json() would read
                 if not chunk:
                     break
                 body += chunk

@@ -20,6 +20,7 @@ class Reply:
     drip_headers: bool = False
     hang: bool = False
     """Read the request, then answer nothing until the server stops."""
+    content_encoding: str | None = None
 
     @staticmethod
     def json(payload: Any, status: int = 200) -> "Reply":
@@ -65,7 +66,8 @@ class _Handler(socketserver.StreamRequestHandler):
             return
         head = (
             f"HTTP/1.1 {reply.status} X\r\nContent-Type: {reply.content_type}\r\n"
-            f"Content-Length: {len(reply.body)}\r\nConnection: close\r\n\r\n"
+            + (f"Content-Encoding: {reply.content_encoding}\r\n" if reply.content_encoding else "")
+            + f"Content-Length: {len(reply.body)}\r\nConnection: close\r\n\r\n"
         ).encode()
         try:
             if reply.drip_seconds and reply.drip_headers:

@@ -1,5 +1,6 @@
 """Bounded calls: a total deadline whatever the server does, a body size limit, and messages without the body."""
 
+import gzip
 import time
 from collections.abc import Callable
 
@@ -65,3 +66,15 @@ def test_bounded_session_bounds_a_library_that_calls_session_request(fake_http: 
     elapsed, error = timed(lambda: session.request("GET", f"{fake.url}/api/v1/query", timeout=60))
     assert isinstance(error, CallFailed)
     assert elapsed < 1.0 + SLACK
+
+
+def test_a_compressed_answer_is_decoded_and_its_decoded_size_is_limited(fake_http: Callable[..., FakeHTTP]) -> None:
+    """Prometheus gzips its answers: the body must read as `.json()` would; a small gzip that inflates to more than
+    the limit (a zip bomb) is refused like a large body."""
+    fake = fake_http({
+        ("GET", "/small"): Reply(body=gzip.compress(b'{"ok": true}'), content_encoding="gzip"),
+        ("GET", "/bomb"): Reply(body=gzip.compress(b"0" * (8 << 20)), content_encoding="gzip"),
+    })  # fmt: skip
+    assert bounded_request(new_session(), "GET", f"{fake.url}/small", deadline_seconds=5).json() == {"ok": True}
+    with pytest.raises(CallFailed, match="larger than"):
+        bounded_request(new_session(), "GET", f"{fake.url}/bomb", deadline_seconds=5)
