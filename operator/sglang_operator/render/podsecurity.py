@@ -9,10 +9,12 @@ applied to the *final* spec (after the template's merge, so sidecars the templat
   procMount, sysctls, SELinux or AppArmor overrides, no Windows host-process.
 - From "restricted", what any image allows: `allowPrivilegeEscalation: false` and `capabilities: {drop: [ALL]}` on
   every container. Plain GPU serving needs no Linux capability: the GPUs reach the container as device nodes the
-  device plugin / container runtime grant through the device cgroup, NCCL over NVLink/PCIe/TCP uses CUDA IPC and
-  sockets, and NCCL >= 2.23 passes cuMem file descriptors over Unix sockets instead of `pidfd_getfd` (which needed
-  SYS_PTRACE, never granted by default anyway). Not covered: InfiniBand/RoCE (GPUDirect RDMA) usually wants
-  IPC_LOCK to pin memory; such clusters need an admin-level setting, which the operator does not offer yet.
+  device plugin / container runtime grant through the device cgroup, and NCCL and SGLang's custom all-reduce over
+  NVLink/PCIe/TCP use CUDA IPC handles and sockets. The capabilities a container gets by default (CHOWN,
+  DAC_OVERRIDE, SETUID, NET_RAW, ...) serve none of that. Paths that import another process's file descriptor
+  with `pidfd_getfd` (some cuMem/NVLS and FlashInfer MNNVL exchanges) need SYS_PTRACE, which is not a default
+  capability either, so dropping ALL takes nothing away from them. Not covered: InfiniBand/RoCE (GPUDirect RDMA)
+  usually wants IPC_LOCK to pin memory; such clusters need an admin-level setting the operator does not offer yet.
 - No service-account token (`automountServiceAccountToken: false`): SGLang and smg never call the Kubernetes API,
   and a mounted token would hand the namespace's default account to every process in the pod.
 - No Service environment variables (`enableServiceLinks: false`): hundreds of fleets in one namespace would give
