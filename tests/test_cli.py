@@ -259,11 +259,17 @@ def test_plan(qps: str, latency: str, concurrency: str, replicas: int, with_head
         ["--qps", "10", "--latency", "1"],
         ["--qps", "abc", "--latency", "1", "--concurrency", "8"],
         ["--qps", "10", "--latency", "1", "--concurrency", "8", "--headroom", "-0.5"],
+        ["--qps", "nan", "--latency", "1", "--concurrency", "8"],
+        ["--qps", "inf", "--latency", "1", "--concurrency", "8"],
+        ["--qps", "10", "--latency", "1", "--concurrency", "8", "--headroom", "nan"],
+        ["--qps", "1e308", "--latency", "1e308", "--concurrency", "1"],
+        ["--qps", "1e6", "--latency", "3600", "--concurrency", "0.001"],
     ],
 )
 def test_plan_rejects_bad_input(args: list[str]) -> None:
     result = run("plan", *args)
     assert result.returncode == 2 and result.stdout == "" and "Traceback" not in result.stderr
+    assert len(result.stderr.splitlines()) == 1 and "internal error" not in result.stderr
 
 
 def test_sim_takes_launch_server_flags() -> None:

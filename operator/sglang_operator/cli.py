@@ -8,6 +8,7 @@ YAML error, wrong kind or apiVersion, bad arguments). Errors go to stderr as one
 import argparse
 import contextlib
 import json
+import math
 import os
 import re
 import sys
@@ -29,6 +30,10 @@ MAX_LINE_CHARS = 1000
 MAX_RENDERED_PODS = 1024
 """Worker pods `render` prints at most (about 3 MB of YAML, 2 s): a preview, never an unbounded amount of output."""
 _Dumper: type[yaml.SafeDumper] = getattr(yaml, "CSafeDumper", yaml.SafeDumper)  # libyaml's emitter: same text, faster
+
+
+MAX_PLANNED_REPLICAS = 1e9
+"""`plan` answers up to here; beyond, the units are wrong (and a float no longer rounds to a count)."""
 
 
 class UsageError(Exception):
@@ -150,10 +155,16 @@ def cmd_plan(args: argparse.Namespace) -> int:
         ("--latency", args.latency),
         ("--concurrency", args.concurrency),
     ):
-        if value is None or value <= 0:
+        if value is None or not math.isfinite(value) or value <= 0:
             raise UsageError(f"{flag} must be a positive number (got {value})")
-    if args.headroom < 0:
+    if not math.isfinite(args.headroom) or args.headroom < 0:
         raise UsageError(f"--headroom must be 0 or more (got {args.headroom})")
+    load = args.qps * args.latency * (1 + args.headroom) / args.concurrency
+    if not load <= MAX_PLANNED_REPLICAS:
+        raise UsageError(
+            f"{args.qps:g} QPS x {args.latency:g} s / {args.concurrency:g} needs more than {MAX_PLANNED_REPLICAS:g} "
+            "replicas: check the units (QPS, seconds, requests per replica)"
+        )
     replicas = replicas_for_load(args.qps, args.latency, args.concurrency)
     with_headroom = replicas_for_load(args.qps, args.latency, args.concurrency, args.headroom)
     if args.output == "json":

@@ -44,7 +44,10 @@ def run_cli(*args: str, stdin: bytes | None = None) -> Result:
     start = time.perf_counter()
     try:
         with contextlib.redirect_stdout(out), contextlib.redirect_stderr(err):
-            rc = cli.main(list(args))
+            try:
+                rc = cli.main(list(args))
+            except SystemExit as exc:  # argparse's own exit on bad arguments, as the console script exits
+                rc = exc.code if isinstance(exc.code, int) else 2
     finally:
         sys.stdin = saved_stdin
     return Result(rc, out.getvalue(), err.getvalue(), time.perf_counter() - start)

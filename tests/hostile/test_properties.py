@@ -24,7 +24,7 @@ from sglang_operator.settings import OperatorSettings, PodPolicy
 
 from ..conftest import EXAMPLES
 from ..render import pss
-from .cli_runner import Result, run_on_bytes
+from .cli_runner import Result, run_cli, run_on_bytes
 
 K8S_VERSION = "1.34.0"
 SECONDS = 1.0
@@ -197,6 +197,17 @@ def test_validate_on_random_bytes(data: bytes) -> None:
     assert_well_behaved(run_on_bytes("validate", data), data)
 
 
+@settings(FUZZ, max_examples=150)
+@given(st.lists(st.floats(allow_nan=True, allow_infinity=True), min_size=4, max_size=4))
+def test_plan_on_any_numbers(numbers: list[float]) -> None:
+    qps, latency, concurrency, headroom = (repr(x) for x in numbers)
+    result = run_cli("plan", "--qps", qps, "--latency", latency, "--concurrency", concurrency, "--headroom", headroom)
+    assert result.rc in (0, 2) and "internal error" not in result.err, result.err
+    assert len(result.lines) == (1 if result.rc else 0) and result.seconds < SECONDS
+    if result.rc == 0:
+        assert "replicas; with" in result.out
+
+
 # --- (b) every accepted spec renders valid objects that meet the pod policy ----------------------------------------
 
 DNS = st.from_regex(r"\A[a-z]([a-z0-9-]{0,10}[a-z0-9])?\Z")
@@ -261,8 +272,13 @@ def _mounts(draw: st.DrawFn, volumes: list[str], operator_volumes: bool) -> list
 @st.composite
 def tenant_specs(draw: st.DrawFn, free_form: bool = False) -> dict[str, Any]:
     """A spec as a tenant could write it: mostly within the rules, over every section a tenant controls.
-    `free_form` also fills the template's free-form objects (affinity, spread constraints, volume sources) with
-    arbitrary content and lets sidecars mount the operator's own volumes and annotate AppArmor."""
+    `free_form` also, now and then (one slot in four, so that most specs still pass and reach the render), fills the
+    template's once free-form objects (affinity, spread constraints, volume sources) with arbitrary content, lets
+    containers mount the operator's own volumes and annotates AppArmor."""
+
+    def hostile() -> bool:
+        return free_form and draw(st.sampled_from([False, False, False, True]))
+
     tp, dp, attention_dp, ep, nnodes = draw(PARALLELISM)
     spec: dict[str, Any] = {
         "model": {
@@ -317,26 +333,26 @@ def tenant_specs(draw: st.DrawFn, free_form: bool = False) -> dict[str, Any]:
                 max_size=2,
             )
         ),
-        "volumes": [_volume_source(name, draw, free_form) for name in volume_names],
+        "volumes": [_volume_source(name, draw, hostile()) for name in volume_names],
         "containers": [],
     }
     if draw(st.booleans()):
         pod["affinity"] = (
             draw(st.dictionaries(st.sampled_from(["nodeAffinity", "podAffinity", "x"]), JSON_VALUES, max_size=2))
-            if free_form
+            if hostile()
             else {"nodeAffinity": {"requiredDuringSchedulingIgnoredDuringExecution": {"nodeSelectorTerms": [
                 {"matchExpressions": [{"key": "gpu", "operator": "In", "values": ["h100", "h200"]}]}]}}}
         )  # fmt: skip
     if draw(st.booleans()):
         pod["topologySpreadConstraints"] = (
             [draw(st.dictionaries(st.sampled_from(["maxSkew", "topologyKey", "whenUnsatisfiable"]), JSON_VALUES))]
-            if free_form
+            if hostile()
             else [{"maxSkew": 1, "topologyKey": "kubernetes.io/hostname", "whenUnsatisfiable": "ScheduleAnyway",
                    "labelSelector": {"matchLabels": {"app": "x"}}}]
         )  # fmt: skip
     if draw(st.booleans()):
         pod["containers"].append(
-            {"name": "sglang", "env": _env(draw), "volumeMounts": _mounts(draw, volume_names, free_form)}
+            {"name": "sglang", "env": _env(draw), "volumeMounts": _mounts(draw, volume_names, hostile())}
         )
     for index in range(draw(st.integers(min_value=0, max_value=2))):
         sidecar: dict[str, Any] = {
@@ -344,14 +360,14 @@ def tenant_specs(draw: st.DrawFn, free_form: bool = False) -> dict[str, Any]:
             "image": "busybox:1.36",
             "command": ["sh", "-c", "sleep infinity"],
             "env": _env(draw),
-            "volumeMounts": _mounts(draw, volume_names, free_form),
+            "volumeMounts": _mounts(draw, volume_names, hostile()),
             "resources": {"requests": {"cpu": "100m", "memory": "64Mi"}},
         }
         if draw(st.booleans()):
             sidecar["ports"] = [{"name": "http", "containerPort": 8080 + index}]
         pod["containers"].append(sidecar)
     annotations = draw(st.dictionaries(st.sampled_from(["team", "example.com/owner"]), DNS, max_size=2))
-    if free_form and draw(st.booleans()):
+    if hostile():
         annotations[pss.APPARMOR_ANNOTATION + draw(st.sampled_from(["sglang", "helper-0"]))] = "unconfined"
     spec["template"] = {
         "metadata": {"labels": draw(st.dictionaries(st.sampled_from(["team", "app"]), DNS, max_size=2)),
