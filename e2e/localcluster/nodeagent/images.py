@@ -28,6 +28,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 
 from sglang_operator.api.releases import image_tag_version
+from sglang_operator.render.workers import LAUNCH_WITH_API_KEY
 
 NOT_RUNNABLE = "ImageNotRunnableLocally"
 
@@ -138,6 +139,10 @@ def _sglang_argv(argv: list[str], tools: Toolchain, image: str) -> list[str] | N
     module = python_module(argv)
     if module and module[0] == "sglang.launch_server":
         return [*sim, *module[1]]
+    if len(argv) > 2 and _PYTHON.match(_program(argv)) and argv[1] == "-c" and argv[2] == LAUNCH_WITH_API_KEY:
+        # The operator's launcher for a worker with an API key: the same launcher, running the simulator.
+        launcher = LAUNCH_WITH_API_KEY.replace("'sglang.launch_server'", repr(SIM_MODULE))
+        return [tools.python, "-c", launcher, *sim[3:], *argv[3:]]
     if _program(argv) == "sglang" and len(argv) > 1 and argv[1] == "serve":
         return [*sim, *argv[2:]]
     return None
@@ -146,7 +151,7 @@ def _sglang_argv(argv: list[str], tools: Toolchain, image: str) -> list[str] | N
 EXPECTED = {
     "operator": "`sglang-operator ...` (or no command)",
     "router": "`smg ...`, `python3 -m smg ...` or `python3 -m smg.launch_router ...` (or no command)",
-    "sglang": "`python3 -m sglang.launch_server ...` or `sglang serve ...`",
+    "sglang": "`python3 -m sglang.launch_server ...`, the operator's API-key launcher or `sglang serve ...`",
 }
 
 

@@ -42,7 +42,7 @@ ENGINE_FLAGS: dict[str, str] = {
     "--mem-fraction-static": "engine.memFractionStatic",
     "--context-length": "engine.contextLength",
     "--enable-metrics": "the operator (always on)",
-    "--api-key": "nothing yet (a key in args is visible in the pod spec)",
+    "--api-key": "engine.apiKeySecretRef (a key in args is visible in the pod spec)",
     "--admin-api-key": "nothing yet (a key in args is visible in the pod spec)",
     "--config": "nothing (a config file could set every other owned flag)",
 }

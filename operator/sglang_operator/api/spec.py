@@ -145,6 +145,12 @@ class EngineSpec(SpecModel):
         "refused.",
     )
     env: list[EnvVar] = Field(default_factory=list, max_length=64)
+    api_key_secret_ref: SecretKeyRef | None = Field(
+        default=None,
+        description="A Secret holding the workers' API key: SGLang then answers only requests that carry it "
+        "(health, readiness and metrics stay open). The key reaches SGLang through the environment, never its "
+        "command line; the operator reads it for drain checks and hands it to the router with each worker.",
+    )
 
     @property
     def sglang_version(self) -> str:

@@ -49,6 +49,8 @@ def revision_hash(spec: SGLangDeploymentSpec) -> str:
         by_alias=True, mode="json", include={"model", "engine", "parallelism", "resources", "template"}
     )
     shaping["engine"]["version"] = spec.engine.sglang_version
+    if spec.engine.api_key_secret_ref is None:  # a field added later: absent, it leaves the hash as it was
+        del shaping["engine"]["apiKeySecretRef"]
     shaping["engine"]["env"] = [
         {"name": var.name, "value": var.value, "valueFrom": _without_none(var.value_from)} for var in spec.engine.env
     ]
@@ -83,9 +85,33 @@ def _env(spec: SGLangDeploymentSpec) -> list[dict[str, Any]]:
     if spec.model.token_secret_ref is not None:
         ref = spec.model.token_secret_ref
         env.append({"name": "HF_TOKEN", "valueFrom": {"secretKeyRef": {"name": ref.name, "key": ref.key}}})
+    if spec.engine.api_key_secret_ref is not None:
+        ref = spec.engine.api_key_secret_ref
+        env.append({"name": API_KEY_ENV, "valueFrom": {"secretKeyRef": {"name": ref.name, "key": ref.key}}})
     for var in spec.engine.env:
         env.append(var.model_dump(by_alias=True, exclude_none=True))
     return env
+
+
+API_KEY_ENV = "SGLANG_OPERATOR_API_KEY"
+# SGLang reads its API key from argv only (`--api-key`; no variable, and `--config` needs a YAML file). This launcher
+# moves the key from the environment (a Secret reference in the pod spec) into `sys.argv` inside the process, so it
+# is in neither the pod spec nor the process's command line (`ps`, /proc/PID/cmdline), then runs the server module
+# exactly as `python3 -m sglang.launch_server` would.
+LAUNCH_WITH_API_KEY = (
+    "import os, runpy, sys; "
+    f"key = os.environ.pop({API_KEY_ENV!r}, ''); "
+    "sys.argv += ['--api-key', key] if key else []; "
+    "runpy.run_module('sglang.launch_server', run_name='__main__', alter_sys=True)"
+)
+
+
+def _command(spec: SGLangDeploymentSpec, launch: list[str]) -> list[str]:
+    """`python3 -m sglang.launch_server ARGS`, or the same through LAUNCH_WITH_API_KEY when a key is configured."""
+    if spec.engine.api_key_secret_ref is None:
+        return launch
+    assert launch[:3] == ["python3", "-m", "sglang.launch_server"]
+    return ["python3", "-c", LAUNCH_WITH_API_KEY, *launch[3:]]
 
 
 def _resources(spec: SGLangDeploymentSpec) -> dict[str, Any]:
@@ -162,7 +188,7 @@ def worker_pod(spec: SGLangDeploymentSpec, owner: Owner, revision: str, replica:
     container = {
         "name": CONTAINER_NAME,
         "image": spec.engine.image,
-        "command": launch_args(spec, node_rank=rank, dist_init_host=dist_host),
+        "command": _command(spec, launch_args(spec, node_rank=rank, dist_init_host=dist_host)),
         "ports": [{"name": "http", "containerPort": spec.engine.port, "protocol": "TCP"}]
         + ([{"name": "dist", "containerPort": DIST_INIT_PORT, "protocol": "TCP"}] if multi_node else []),
         "env": _env(spec),
