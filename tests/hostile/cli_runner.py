@@ -36,8 +36,20 @@ class _Stdin:
         self.buffer = io.BytesIO(data)
 
 
+def _stream(errors: str) -> io.TextIOWrapper:
+    """An output stream that encodes as a UTF-8 terminal does, so that text no terminal can take (a lone surrogate)
+    fails here as it would there."""
+    return io.TextIOWrapper(io.BytesIO(), encoding="utf-8", errors=errors, write_through=True)
+
+
+def _text(stream: io.TextIOWrapper) -> str:
+    raw = stream.buffer
+    assert isinstance(raw, io.BytesIO)
+    return raw.getvalue().decode("utf-8")
+
+
 def run_cli(*args: str, stdin: bytes | None = None) -> Result:
-    out, err = io.StringIO(), io.StringIO()
+    out, err = _stream("strict"), _stream("backslashreplace")  # CPython's own defaults for stdout and stderr
     saved_stdin: Any = sys.stdin
     if stdin is not None:
         sys.stdin = _Stdin(stdin)  # type: ignore[assignment]
@@ -50,7 +62,7 @@ def run_cli(*args: str, stdin: bytes | None = None) -> Result:
                 rc = exc.code if isinstance(exc.code, int) else 2
     finally:
         sys.stdin = saved_stdin
-    return Result(rc, out.getvalue(), err.getvalue(), time.perf_counter() - start)
+    return Result(rc, _text(out), _text(err), time.perf_counter() - start)
 
 
 def run_on_bytes(command: str, data: bytes, *extra: str) -> Result:

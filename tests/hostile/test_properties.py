@@ -208,6 +208,48 @@ def test_plan_on_any_numbers(numbers: list[float]) -> None:
         assert "replicas; with" in result.out
 
 
+@st.composite
+def yaml_bombs(draw: st.DrawFn) -> bytes:
+    """The shapes behind issue 16's tracebacks and hangs, at random sizes: nesting, alias fan-out, long numbers,
+    tags, repeated keys, surrogate escapes, placed where the spec or the metadata goes."""
+    kind = draw(st.sampled_from(["deep", "laughs", "number", "tag", "duplicate", "surrogate"]))
+    if kind == "deep":
+        depth = draw(st.integers(min_value=1, max_value=30_000))
+        open_, close = draw(st.sampled_from([("[", "]"), ("{a: ", "}"), ("- ", "")]))
+        if close:
+            value = open_ * depth + "1" + close * depth
+        else:  # block style: indentation grows with depth, so keep the file within bounds
+            value = "".join(f"\n{'  ' * i}- " for i in range(min(depth, 700))) + "1"
+    elif kind == "laughs":
+        fan, levels = draw(st.integers(min_value=1, max_value=12)), draw(st.integers(min_value=1, max_value=12))
+        anchors = "".join(f"  a{i}: &a{i} [{', '.join([f'*a{i - 1}'] * fan)}]\n" for i in range(1, levels))
+        return _dump_text(f"  a0: &a0 [lol]\n{anchors}  model: {{path: m}}\n  x: *a{levels - 1}")
+    elif kind == "number":
+        value = draw(st.sampled_from(["9", "1:", "0x", "1_", "0b1"])) * draw(st.integers(min_value=1, max_value=50_000))
+        value = value.rstrip(":_") or "1"
+    elif kind == "tag":
+        value = draw(st.sampled_from(["!!binary aGk=", "!!set {a}", "!!omap [{a: 1}]", "!!timestamp 2001-12-14",
+                                      "!!python/name:os.system", "!custom 1", "!!float 1", "!!str 1"]))  # fmt: skip
+    elif kind == "duplicate":
+        key = draw(st.sampled_from(["model", "replicas", "engine"]))
+        return _dump_text(f"  model: {{path: m}}\n  {key}: 1\n  {key}: 2")
+    else:
+        escapes = draw(st.lists(st.sampled_from(["\\ud800", "\\udfff", "a", "\\U0010ffff"]), max_size=6))
+        value = '"' + "".join(escapes) + '"'
+    return _dump_text(f"  model: {{path: m}}\n  x: {value}")
+
+
+def _dump_text(spec_body: str) -> bytes:
+    head = "apiVersion: sglang.ai/v1alpha1\nkind: SGLangDeployment\nmetadata: {name: a}\nspec:\n"
+    return f"{head}{spec_body}\n".encode()
+
+
+@settings(FUZZ, max_examples=150)
+@given(yaml_bombs())
+def test_validate_on_yaml_bombs(data: bytes) -> None:
+    assert_well_behaved(run_on_bytes("validate", data), data)
+
+
 # --- (b) every accepted spec renders valid objects that meet the pod policy ----------------------------------------
 
 DNS = st.from_regex(r"\A[a-z]([a-z0-9-]{0,10}[a-z0-9])?\Z")
