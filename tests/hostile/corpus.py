@@ -50,7 +50,14 @@ class Hostile:
 
     @property
     def text(self) -> str:
-        return yaml.safe_dump(self.doc, sort_keys=False, width=10_000)
+        return yaml.dump(self.doc, Dumper=_PlainDumper, sort_keys=False, width=10_000)
+
+
+class _PlainDumper(yaml.SafeDumper):
+    """Writes a repeated value out again instead of as an anchor and an alias (which the CLI refuses)."""
+
+    def ignore_aliases(self, data: Any) -> bool:
+        return True
 
 
 def _merge(base: dict[str, Any], patch: dict[str, Any]) -> dict[str, Any]:
@@ -407,6 +414,71 @@ CASES: list[Hostile] = [
             "a traceback in validate (issue 16 fuzzing)", admission="into Go value of type v1.ObjectMeta"),
     Hostile("name-a-number", cr(metadata={"name": 12345}), "metadata.name", "must be a string", SCHEMA,
             "a name of the wrong type", admission="cannot unmarshal number into Go struct field ObjectMeta.name"),
+    # --- more bounds, types and names, across every section ---
+    Hostile("engine-api-key-secret-path", cr({"engine": {"apiKeySecretRef": {"name": "../kube-system/x"}}}),
+            "spec.engine.apiKeySecretRef.name", "should match", SCHEMA, "a Secret outside the namespace"),
+    Hostile("ca-secret-slash", cr({"autoscaling": {"prometheusAuth": {"caSecretRef": {"name": "a/b"}}}}),
+            "spec.autoscaling.prometheusAuth.caSecretRef.name", "should match", SCHEMA, "no valid Secret name"),
+    Hostile("header-value-newline",
+            cr({"autoscaling": {"prometheusAuth": {"headers": {"X-Scope-OrgID": "a\r\nAuthorization: x"}}}}),
+            "spec.autoscaling.prometheusAuth.headers.X-Scope-OrgID", "should match", SCHEMA,
+            "a header smuggled in a value"),
+    Hostile("network-policy-string", cr({"networkPolicy": {"enabled": "yes"}}), "spec.networkPolicy.enabled",
+            "must be of type boolean", SCHEMA, "'yes' taken as true"),
+    Hostile("pod-monitor-number", cr({"monitoring": {"podMonitor": 1}}), "spec.monitoring.podMonitor",
+            "must be of type boolean", SCHEMA, "1 taken as true"),
+    Hostile("max-surge-huge", cr({"updateStrategy": {"maxSurge": 10**6}}), "spec.updateStrategy.maxSurge",
+            _AT_MOST, SCHEMA, "a million surge pods in one rollout"),
+    Hostile("max-running-requests-huge", cr({"engine": {"maxRunningRequests": 10**9}}),
+            "spec.engine.maxRunningRequests", _AT_MOST, SCHEMA, "a KV cache sized for a billion requests"),
+    Hostile("context-length-huge", cr({"engine": {"contextLength": 2**40}}), "spec.engine.contextLength",
+            _AT_MOST, SCHEMA, "a context no model has"),
+    Hostile("gpus-per-node-huge", cr({"resources": {"gpusPerNode": 10**6}}), "spec.resources.gpusPerNode",
+            _AT_MOST, SCHEMA, "pods no node can hold"),
+    Hostile("gpu-utilization-1000", cr({"autoscaling": {"targets": {"gpuUtilization": 1000}}}),
+            "spec.autoscaling.targets.gpuUtilization", "must be a percentage", SCHEMA, "a target never reached"),
+    Hostile("quiet-miss-ratio-5", cr({"autoscaling": {"slo": {"quietMissRatio": 5}}}),
+            "spec.autoscaling.slo.quietMissRatio", "below 1", SCHEMA, "a share above 100 %"),
+    Hostile("engine-version-unknown", cr({"engine": {"version": "99.0.0"}}), "spec.engine.version",
+            "is not a supported SGLang release", SCHEMA, "flags rendered for a release nobody checked"),
+    Hostile("tolerations-1000", cr(_template({"tolerations": [{"key": f"k{i}", "operator": "Exists"}
+                                                              for i in range(1000)]})),
+            "spec.template.spec.tolerations", "may not have more than", SCHEMA, "a pod spec over etcd's limit"),
+    Hostile("node-selector-value-long", cr(_template({"nodeSelector": {"pool": "x" * 100}})),
+            "spec.template.spec.nodeSelector.pool", "may not be more than 63 characters", SCHEMA,
+            "a pod the API server refuses, every pass"),
+    Hostile("sidecars-20", cr(_template({"containers": [{"name": f"s{i}", "image": "busybox"} for i in range(20)]})),
+            "spec.template.spec.containers", "may not have more than 8 items", SCHEMA, "twenty sidecars per pod"),
+    Hostile("sidecar-command-1000", cr(_sidecar(command=["x"] * 1000)),
+            "spec.template.spec.containers[0].command", "may not have more than 64 items", SCHEMA,
+            "an unbounded argv"),
+    Hostile("sidecar-env-value-100k", cr(_sidecar(env=[{"name": "A", "value": "x" * 100_000}])),
+            "spec.template.spec.containers[0].env[0].value", "may not be more than 32768 characters", SCHEMA,
+            "100 kB per variable"),
+    Hostile("sidecar-working-dir-relative", cr(_sidecar(workingDir="tmp")),
+            "spec.template.spec.containers[0].workingDir", "should match", SCHEMA, "a pod the API server refuses"),
+    Hostile("sidecar-port-zero", cr(_sidecar(ports=[{"containerPort": 0}])),
+            "spec.template.spec.containers[0].ports[0].containerPort", "greater than or equal to 1", SCHEMA,
+            "a pod the API server refuses"),
+    Hostile("cache-mount-relative", cr({"model": {"cache": {"mountPath": "cache"}}}), "spec.model.cache.mountPath",
+            "should match", SCHEMA, "a pod the API server refuses"),
+    Hostile("cache-claim-invalid",
+            cr({"model": {"cache": {"type": "persistentVolumeClaim", "claimName": "Other_PVC"}}}),
+            "spec.model.cache.claimName", "should match", SCHEMA, "no valid PVC name"),
+    Hostile("image-pull-secret-invalid", cr(_template({"imagePullSecrets": [{"name": "A B"}]})),
+            "spec.template.spec.imagePullSecrets[0].name", "should match", SCHEMA, "no valid Secret name"),
+    Hostile("priority-class-invalid", cr(_template({"priorityClassName": "Sys Critical"})),
+            "spec.template.spec.priorityClassName", "should match", SCHEMA, "no valid class name"),
+    Hostile("toleration-seconds-huge",
+            cr(_template({"tolerations": [{"operator": "Exists", "effect": "NoExecute", "tolerationSeconds": 2**62}]})),
+            "spec.template.spec.tolerations[0].tolerationSeconds", "less than or equal to 31536000", SCHEMA,
+            "a pod that outlives its node's eviction for ever"),
+    Hostile("volume-name-invalid", cr(_template({"volumes": [{"name": "Bad_Name", "emptyDir": {}}]})),
+            "spec.template.spec.volumes[0].name", "should match", SCHEMA, "a pod the API server refuses"),
+    Hostile("secret-volume-mode-huge",
+            cr(_template({"volumes": [{"name": "s", "secret": {"secretName": "s", "defaultMode": 4095}}]})),
+            "spec.template.spec.volumes[0].secret.defaultMode", "less than or equal to 511", SCHEMA,
+            "setuid bits on mounted files"),
     # --- typos and unknown fields: refused by validate with a did-you-mean ---
     Hostile("typo-replica", cr({"replica": 3}), "spec.replica", "did you mean replicas?", UNKNOWN,
             "one replica instead of three, silently"),
