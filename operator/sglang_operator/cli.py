@@ -29,11 +29,9 @@ MAX_LINE_CHARS = 1000
 """Characters printed per problem: the field and the rule come first, the quoted input last."""
 MAX_RENDERED_PODS = 1024
 """Worker pods `render` prints at most (about 3 MB of YAML, 2 s): a preview, never an unbounded amount of output."""
-_Dumper: type[yaml.SafeDumper] = getattr(yaml, "CSafeDumper", yaml.SafeDumper)  # libyaml's emitter: same text, faster
-
-
 MAX_PLANNED_REPLICAS = 1e9
 """`plan` answers up to here; beyond, the units are wrong (and a float no longer rounds to a count)."""
+_Dumper: type[yaml.SafeDumper] = getattr(yaml, "CSafeDumper", yaml.SafeDumper)  # libyaml's emitter: same text, faster
 
 
 class UsageError(Exception):
