@@ -6,6 +6,7 @@ import os
 import shutil
 import subprocess
 import sys
+import time
 from pathlib import Path
 
 import pytest
@@ -14,6 +15,7 @@ import yaml
 from sglang_operator import cli
 
 from .conftest import EXAMPLES, REPO
+from .hostile.corpus import MALFORMED, Malformed
 
 CLI = shutil.which("sglang-operator", path=str(Path(sys.executable).parent)) or "sglang-operator"
 
@@ -187,6 +189,36 @@ def test_unusable_input_is_one_line_exit_2(tmp_path: Path, text: str, fragment: 
         assert result.stdout == ""
         assert fragment in result.stderr and len(result.stderr.strip().splitlines()) == 1
         assert "Traceback" not in result.stderr
+
+
+ISSUE_16_CRASHES = ["non-utf8", "deep-flow-20k", "surrogate-escape", "billion-laughs", "huge-integer"]
+
+
+@pytest.mark.parametrize("case", [m for m in MALFORMED if m.id in ISSUE_16_CRASHES], ids=lambda m: m.id)
+def test_issue_16_crashes_through_the_console_script(case: Malformed, tmp_path: Path) -> None:
+    path = tmp_path / "cr.yaml"
+    path.write_bytes(case.data)
+    for command in ("validate", "render"):
+        start = time.perf_counter()
+        result = run(command, "-f", str(path))
+        assert time.perf_counter() - start < 10  # the process, imports included; in-process runs take < 1 s
+        assert result.returncode == 2 and result.stdout == ""
+        assert result.stderr.startswith(f"error: {path}: ") and len(result.stderr.splitlines()) == 1
+        assert case.fragment in result.stderr
+
+
+def test_issue_16_metadata_string_and_a_million_replicas(tmp_path: Path) -> None:
+    oops = write(tmp_path, INVALID.replace("metadata: {name: bad}", 'metadata: "oops"'))
+    result = run("validate", "-f", oops)
+    assert result.returncode == 1 and "Traceback" not in result.stderr
+    assert (
+        result.stderr.splitlines()[0]
+        == f"error: {oops}: metadata: must be an object with at least a name (got 'oops')."
+    )
+    million = write(tmp_path, INVALID.replace("tp: 6, attentionDP: 4", "tp: 1") + "  replicas: 1000000\n")
+    result = run("render", "-f", million)
+    assert result.returncode == 1 and result.stdout == ""
+    assert result.stderr.startswith(f"error: {million}: spec.replicas: must be at least 0 and at most 512")
 
 
 def test_unreadable_file_exit_2(tmp_path: Path) -> None:
