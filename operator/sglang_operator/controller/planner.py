@@ -112,7 +112,6 @@ def _within_burst(plan: Plan, burst: int) -> Plan:
     plan.create_warm = plan.create_warm[: max(0, burst - len(plan.create_active))]
     plan.drain = plan.drain[:burst]
     plan.delete = plan.delete[:burst]
-    plan.promote = plan.promote[:burst]
     return plan
 
 
@@ -164,7 +163,7 @@ def _plan_unbounded(
     old = [r for r in old if not r.warm]
 
     short = targets.active - len(active)
-    for replica in sorted(warm, key=lambda r: (not r.ready, r.index))[: max(short, 0)]:
+    for replica in sorted(warm, key=lambda r: (not r.ready, r.index))[: min(max(short, 0), max(1, targets.burst))]:
         plan.promote.append(replica.index)
         plan.events.append(Event("Promoted", f"warm replica {replica.index} promoted to serve traffic"))
         warm.remove(replica)
