@@ -165,7 +165,7 @@ class Reconciler:
         try:
             return base64.b64decode(encoded, validate=True).decode()
         except (binascii.Error, UnicodeDecodeError, ValueError):
-            log.warning("%s/%s: router API key Secret %s key %s is not text", namespace, spec, ref.name, ref.key)
+            log.warning("router API key: Secret %s/%s key %s is not text", namespace, ref.name, ref.key)
             return None
 
     # -- the pass ----------------------------------------------------------------------------------------------
