@@ -64,7 +64,7 @@ def test_huge_replica_counts_are_refused(replicas: int) -> None:
         ({"engine": {"image": "repo/img:v1\n--privileged"}}, "spec.engine.image", "should match"),
         ({"model": {"path": "m", "servedName": "a\nb"}}, "spec.model.servedName", "should match"),
         ({"model": {"path": "x" * 1_000_000}}, "spec.model.path", "more than 512 characters"),
-        ({"engine": {"args": ["--x"] * 65}}, "spec.engine.args", "more than 64 items"),
+        ({"engine": {"args": ["--x"] * 65}}, "spec.engine.args", "at most 64 items"),
         ({"resources": {"cpu": "lots"}}, "spec.resources.cpu", "should match"),
         ({"autoscaling": {"prometheusURL": "file:///etc/passwd"}}, "spec.autoscaling.prometheusURL", "should match"),
         ({"autoscaling": {"prometheusURL": "http://user:pw@prom:9090"}}, "spec.autoscaling.prometheusURL",

@@ -290,7 +290,8 @@ def test_invalid_cr_rejected_with_the_validate_message(cluster: ClusterInfo, api
     validate = subprocess.run(
         [str(bin_dir / "sglang-operator"), "validate", "-f", str(manifest)], capture_output=True, text=True, check=False
     )
-    message = validate.stderr.strip().removeprefix("error: spec.parallelism.attentionDP: ")
+    message = validate.stderr.strip().removeprefix(f"error: {manifest}: spec.parallelism.attentionDP: ")
+    assert message != validate.stderr.strip()  # the prefix is what validate prints: file, field, message
     kubectl = [str(bin_dir / "kubectl"), "--kubeconfig", str(cluster.kubeconfig)]
     applied = subprocess.run(
         [*kubectl, "apply", "-n", namespace, "-f", str(manifest)], capture_output=True, text=True, check=False

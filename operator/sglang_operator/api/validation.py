@@ -607,7 +607,7 @@ def _from_pydantic(err: Any) -> FieldError:
     elif kind == "string_too_long":
         message = f"may not be more than {ctx.get('max_length')} characters"
     elif kind == "too_long":
-        message = f"may not have more than {ctx.get('max_length')} items"
+        message = f"must have at most {ctx.get('max_length')} items"
     elif kind == "string_pattern_mismatch":
         message = f"should match '{ctx.get('pattern')}'"
     elif kind == "literal_error":
