@@ -6,6 +6,8 @@ the small functions below, never the metric objects, so a label set stays consis
 distinct message).
 """
 
+import contextlib
+
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
 
 REGISTRY = CollectorRegistry(auto_describe=True)
@@ -103,10 +105,8 @@ def autoscaler_decided(namespace: str, name: str, replicas: int, mode: str) -> N
 
 def forget_deployment(namespace: str, name: str) -> None:
     """Drop a deleted CR's per-deployment series, so hundreds of short-lived fleets leave none behind."""
-    try:
+    with contextlib.suppress(KeyError):
         AUTOSCALER_DESIRED.remove(namespace, name)
-    except KeyError:
-        pass
 
 
 def count_api_request(verb: str, code: int | str) -> None:
