@@ -32,6 +32,7 @@ class Recorded:
     method: str
     path: str
     body: bytes
+    authorization: str | None = None
 
 
 @dataclass
@@ -53,13 +54,16 @@ class _Handler(socketserver.StreamRequestHandler):
         request_line = self.rfile.readline().decode("latin-1").split()
         if len(request_line) < 2:
             return
-        length = 0
+        length, authorization = 0, None
         while (line := self.rfile.readline()) not in (b"\r\n", b"\n", b""):
             name, _, value = line.decode("latin-1").partition(":")
             if name.strip().lower() == "content-length":
                 length = int(value.strip())
+            elif name.strip().lower() == "authorization":
+                authorization = value.strip()
         method, path = request_line[0], request_line[1].split("?")[0]
-        fake.requests.append(Recorded(method, path, self.rfile.read(length) if length else b""))
+        body = self.rfile.read(length) if length else b""
+        fake.requests.append(Recorded(method, path, body, authorization))
         reply = fake.reply(method, path)
         if reply.hang:
             fake.stopping.wait(30)

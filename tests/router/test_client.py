@@ -161,3 +161,17 @@ def test_reading_loads_has_one_budget_for_the_whole_pass(fake_http: Callable[...
     assert time.monotonic() - start < 3.0 + 2.0 + SLACK  # the budget, plus the one call under way when it ran out
     assert loads.known == {} and sorted(loads.unknown) == list(range(10))
     assert sum("not read" in why for why in loads.unknown.values()) >= 7
+
+
+def test_the_workers_api_key_reads_loads_and_is_handed_to_the_router(fake_http: Callable[..., FakeHTTP]) -> None:
+    """engine.apiKeySecretRef: SGLang answers /v1/loads with 401 without the key; with it the load is known, and
+    the router receives the key with the worker so it can call it too."""
+    worker = fake_http({("GET", "/v1/loads"): Reply.json({"loads": [{"num_running_reqs": 2, "num_waiting_reqs": 0}]})})
+    loads = fetch_in_flight([replica(0, worker.url)], api_key="k3y")
+    assert loads.known == {0: 2}
+    assert [r.authorization for r in worker.requests] == ["Bearer k3y"]
+    router = fake_http({("GET", "/workers"): Reply.json({"workers": []}), ("POST", "/workers"): Reply(status=202)})
+    state = observe_routers([router_pod(router.url)], None, worker_api_key="k3y")
+    sync_routers(state, ["http://10.0.0.1:30000"])
+    posted = [r.body for r in router.requests if r.method == "POST"]
+    assert posted == [b'{"url": "http://10.0.0.1:30000", "api_key": "k3y"}']

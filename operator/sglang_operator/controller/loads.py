@@ -67,10 +67,15 @@ def read_load(session: requests.Session, url: str) -> tuple[int | None, str | No
         return None, f"{what}: HTTP 200 with an unexpected answer"
 
 
-def fetch_in_flight(replicas: Iterable[ReplicaView], budget_seconds: float = LOADS_BUDGET_SECONDS) -> Loads:
-    """A replica without an address has never served: it counts as 0."""
+def fetch_in_flight(
+    replicas: Iterable[ReplicaView], budget_seconds: float = LOADS_BUDGET_SECONDS, api_key: str | None = None
+) -> Loads:
+    """A replica without an address has never served: it counts as 0. `api_key`: the workers' key
+    (engine.apiKeySecretRef), without which SGLang answers /v1/loads with 401 (an unknown load)."""
     loads = Loads()
     session = new_session()
+    if api_key:
+        session.headers["Authorization"] = f"Bearer {api_key}"
     deadline = time.monotonic() + budget_seconds
     try:
         for replica in replicas:

@@ -33,7 +33,7 @@ from ..api.constants import (
     PLURAL,
     VERSION,
 )
-from ..api.spec import SGLangDeploymentSpec
+from ..api.spec import SecretKeyRef, SGLangDeploymentSpec
 from ..api.validation import check_pod_policy, parse_spec
 from ..render import Owner, replica_pods, revision_hash, shared_children
 from ..settings import OperatorSettings, load_settings
@@ -154,8 +154,8 @@ class Reconciler:
         )
         return [dict(self.api.sanitize_for_serialization(pod)) for pod in pods.items]
 
-    def _router_api_key(self, spec: SGLangDeploymentSpec, namespace: str) -> str | None:
-        ref = spec.router.api_key_secret_ref
+    def _secret_text(self, ref: SecretKeyRef | None, namespace: str, what: str) -> str | None:
+        """A key of a Secret of the CR's namespace that the CR names (the router's or the workers' API key)."""
         if ref is None:
             return None
         secret = self._get(self.core.read_namespaced_secret, ref.name, namespace)
@@ -165,7 +165,7 @@ class Reconciler:
         try:
             return base64.b64decode(encoded, validate=True).decode()
         except (binascii.Error, UnicodeDecodeError, ValueError):
-            log.warning("router API key: Secret %s/%s key %s is not text", namespace, ref.name, ref.key)
+            log.warning("%s: Secret %s/%s key %s is not text", what, namespace, ref.name, ref.key)
             return None
 
     # -- the pass ----------------------------------------------------------------------------------------------
@@ -282,15 +282,16 @@ class Reconciler:
             serving if len(serving) > active or any(r.revision != revision for r in serving) else []
         )
         with _step("reading worker loads"):
-            loads = fetch_in_flight(needs_loads)
+            worker_key = self._secret_text(spec.engine.api_key_secret_ref, namespace, "worker API key")
+            loads = fetch_in_flight(needs_loads, api_key=worker_key)
 
         routers = None
         if spec.router.enabled:
             with _step("reading router pods"):
                 router_pods = [p for p in self._pods(namespace, name, COMPONENT_ROUTER) if _router_pod_of(p, name)]
-                api_key = self._router_api_key(spec, namespace)
+                api_key = self._secret_text(spec.router.api_key_secret_ref, namespace, "router API key")
             with _step("reading router worker lists"):
-                routers = observe_routers(router_pods, api_key)
+                routers = observe_routers(router_pods, api_key, worker_api_key=worker_key)
         still_listed = routers.registered_urls() if routers is not None else set()
         everywhere = routers.listed_everywhere() if routers is not None else set()
         deregistered, off_router = set(_absent(replicas, still_listed)), _absent(replicas, everywhere)

@@ -20,6 +20,8 @@ class RouterState:
     lists: dict[str, list[RouterWorker]] = field(default_factory=dict)  # base URL -> workers
     errors: list[str] = field(default_factory=list)
     api_key: str | None = None
+    worker_api_key: str | None = None
+    """The workers' key, handed to each router with the worker so the router can call it."""
 
     def registered_urls(self) -> set[str]:
         """URLs at least one router lists."""
@@ -74,8 +76,10 @@ def _still_routable(routers: dict[str, RouterClient], removed: dict[str, tuple[R
         time.sleep(0.1)
 
 
-def observe_routers(router_pods: list[dict[str, Any]], api_key: str | None) -> RouterState:
-    state = RouterState(api_key=api_key)
+def observe_routers(
+    router_pods: list[dict[str, Any]], api_key: str | None, worker_api_key: str | None = None
+) -> RouterState:
+    state = RouterState(api_key=api_key, worker_api_key=worker_api_key)
     for base_url in _ready_router_urls(router_pods):
         router = RouterClient(base_url, api_key)
         try:
@@ -118,7 +122,7 @@ def sync_routers(state: RouterState, desired_urls: list[str]) -> SyncResult:
                 if plan.remove:
                     removed[base_url] = plan.remove
                 for url in plan.add:
-                    routers[base_url].add_worker(url)
+                    routers[base_url].add_worker(url, state.worker_api_key)
             except RouterError as exc:
                 failures.append(str(exc))
         if removed:

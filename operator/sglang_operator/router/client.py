@@ -94,8 +94,10 @@ class RouterClient:
             )
             raise RouterError(f"GET {self.base_url}/workers: HTTP 200 with an unexpected answer ({why})") from exc
 
-    def add_worker(self, url: str) -> None:
-        response = self._call("POST", "/workers", json={"url": url})
+    def add_worker(self, url: str, worker_api_key: str | None = None) -> None:
+        """Register `url`; with the workers' API key, which the router then sends to that worker."""
+        body = {"url": url, **({"api_key": worker_api_key} if worker_api_key else {})}
+        response = self._call("POST", "/workers", json=body)
         if response.status_code not in (200, 201, 202, 409):  # 409: already there, which is what we want
             raise RouterError(f"POST {self.base_url}/workers {url}: HTTP {response.status_code}")
 
