@@ -219,7 +219,8 @@ CASES: list[tuple[str, str, dict[str, Any], dict[str, Any]]] = [
      {"engine": {"image": "lmsysorg/sglang:v0.5.12"},  # the check came with 0.5.13
       "parallelism": {"tp": 8, "ep": 8, "attentionDP": 2, "moeA2ABackend": "flashinfer"}}),
     ("spec.engine.maxRunningRequests", "at least attentionDP",
-     {"engine": {"image": "lmsysorg/sglang:v0.5.22", "maxRunningRequests": 4}, "parallelism": {"tp": 8, "attentionDP": 8}},
+     {"engine": {"image": "lmsysorg/sglang:v0.5.22", "maxRunningRequests": 4},
+      "parallelism": {"tp": 8, "attentionDP": 8}},
      {"engine": {"maxRunningRequests": 4}, "parallelism": {"tp": 8, "attentionDP": 8}}),
 ]  # fmt: skip
 
