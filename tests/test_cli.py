@@ -13,6 +13,8 @@ import pytest
 import yaml
 
 from sglang_operator import cli
+from sglang_operator.api.validation import parse_spec
+from sglang_operator.topology import topology
 
 from .conftest import EXAMPLES, REPO
 from .hostile.corpus import MALFORMED, Malformed
@@ -308,3 +310,19 @@ def test_sim_takes_launch_server_flags() -> None:
     result = run("sim", "--model-path", "m", "--tp-size", "6", "--nnodes", "4")
     assert result.returncode == 1
     assert "tp_size must be divisible by number of nodes" in result.stderr
+
+
+def test_plan_takes_the_concurrency_from_a_spec_as_sglang_computes_it() -> None:
+    """deepseek-v3-dpa: maxRunningRequests split over 16 attention-DP ranks gives 32 per replica (not 512), the same C
+    the autoscaler and status use."""
+    example = REPO / "examples" / "deepseek-v3-dpa.yaml"
+    result = run("plan", "-f", str(example), "--qps", "10", "--latency", "20", "-o", "json")
+    assert result.returncode == 0, result.stderr
+    planned = json.loads(result.stdout)
+    spec, _ = parse_spec(yaml.safe_load(example.read_text())["spec"])
+    assert spec is not None
+    assert planned["concurrencyPerReplica"] == topology(spec).concurrency_per_replica == 32
+    assert (planned["replicas"], planned["replicasWithHeadroom"]) == (7, 9)  # ceil(200 / 32), ceil(260 / 32)
+    assert planned["totalGPUs"] == 9 * 16
+    both = run("plan", "-f", str(example), "--qps", "10", "--latency", "20", "--concurrency", "8")
+    assert both.returncode == 2 and "not both" in both.stderr

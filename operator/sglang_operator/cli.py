@@ -18,7 +18,7 @@ import yaml
 
 from .api.spec import SGLangDeploymentSpec
 from .api.validation import NAME_RULE, check_pod_policy, parse_spec
-from .capacity import replicas_for_load
+from .capacity import concurrency_per_replica, plan_for_spec, replicas_for_load
 from .crfile import CRFileError, LoadedCR, Problem, load_cr
 from .render import Owner, render_all
 from .settings import OperatorSettings, PodPolicy
@@ -147,30 +147,58 @@ def cmd_render(args: argparse.Namespace) -> int:
     return 0
 
 
+def _plan_concurrency(args: argparse.Namespace) -> tuple[float, SGLangDeploymentSpec | None]:
+    """C from `--concurrency`, or from the spec in `-f` as SGLang computes it (maxRunningRequests split across
+    attention-DP ranks, whole per in-process DP replica); a spec that does not validate is exit 1."""
+    if args.file is None:
+        return args.concurrency, None
+    cr = load_cr(args.file)
+    spec, errors = parse_spec(cr.raw_spec, strict=True)
+    if spec is None:
+        _print_errors(cr.source, [Problem(e.field, e.message) for e in errors])
+        raise SpecInvalid
+    return float(concurrency_per_replica(spec)), spec
+
+
+class SpecInvalid(Exception):
+    """The spec given to `plan -f` does not validate (exit 1; its errors are printed)."""
+
+
 def cmd_plan(args: argparse.Namespace) -> int:
+    if args.file is not None and args.concurrency is not None:
+        raise UsageError("give --concurrency or -f SPEC (which sets it), not both")
+    try:
+        concurrency, spec = _plan_concurrency(args)
+    except SpecInvalid:
+        return 1
     for flag, value in (
         ("--qps", args.qps),
         ("--latency", args.latency),
-        ("--concurrency", args.concurrency),
+        ("--concurrency", concurrency),
     ):
         if value is None or not math.isfinite(value) or value <= 0:
             raise UsageError(f"{flag} must be a positive number (got {value})")
     if not math.isfinite(args.headroom) or args.headroom < 0:
         raise UsageError(f"--headroom must be 0 or more (got {args.headroom})")
-    load = args.qps * args.latency * (1 + args.headroom) / args.concurrency
+    load = args.qps * args.latency * (1 + args.headroom) / concurrency
     if not load <= MAX_PLANNED_REPLICAS:
         raise UsageError(
-            f"{args.qps:g} QPS x {args.latency:g} s / {args.concurrency:g} needs more than {MAX_PLANNED_REPLICAS:g} "
+            f"{args.qps:g} QPS x {args.latency:g} s / {concurrency:g} needs more than {MAX_PLANNED_REPLICAS:g} "
             "replicas: check the units (QPS, seconds, requests per replica)"
         )
-    replicas = replicas_for_load(args.qps, args.latency, args.concurrency)
-    with_headroom = replicas_for_load(args.qps, args.latency, args.concurrency, args.headroom)
+    replicas = replicas_for_load(args.qps, args.latency, concurrency)
+    with_headroom = replicas_for_load(args.qps, args.latency, concurrency, args.headroom)
+    payload: dict[str, Any] = {"replicas": replicas, "replicasWithHeadroom": with_headroom}
+    if spec is not None:
+        planned = plan_for_spec(spec, args.qps, args.latency, args.headroom)
+        payload.update({key: planned[key] for key in ("concurrencyPerReplica", "gpusPerReplica", "totalGPUs")})
     if args.output == "json":
-        print(json.dumps({"replicas": replicas, "replicasWithHeadroom": with_headroom}))
+        print(json.dumps(payload))
     else:
+        gpus = f" ({payload['totalGPUs']} GPUs)" if spec is not None else ""
         print(
-            f"{args.qps:g} QPS x {args.latency:g} s / {args.concurrency:g} concurrent per replica -> "
-            f"{replicas} replicas; with {args.headroom:.0%} headroom: {with_headroom}"
+            f"{args.qps:g} QPS x {args.latency:g} s / {concurrency:g} concurrent per replica -> "
+            f"{replicas} replicas; with {args.headroom:.0%} headroom: {with_headroom}{gpus}"
         )
     return 0
 
@@ -236,6 +264,9 @@ def build_parser() -> argparse.ArgumentParser:
     plan.add_argument("--qps", type=float, help="requests per second")
     plan.add_argument("--latency", type=float, help="seconds a request spends in the server")
     plan.add_argument("--concurrency", type=float, help="requests one replica serves at once")
+    plan.add_argument(
+        "-f", "--file", help="take the concurrency from this SGLangDeployment, as SGLang computes it ('-' for stdin)"
+    )
     plan.add_argument("--headroom", type=float, default=0.3, help="spare capacity fraction (default 0.3)")
     plan.add_argument("-o", "--output", choices=["text", "json"], default="text")
     plan.set_defaults(func=cmd_plan)
