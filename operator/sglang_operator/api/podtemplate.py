@@ -15,26 +15,25 @@ from pydantic import Field
 
 from .base import SpecModel
 from .podtypes import (
+    DNS_LABEL,
+    DNS_SUBDOMAIN,
     Affinity,
     ConfigMapVolumeSource,
     DownwardAPIVolumeSource,
     EmptyDirVolumeSource,
+    ObjectName,
     PersistentVolumeClaimVolumeSource,
     ProjectedDownwardAPI,
     ProjectedItems,
+    Quantity,
     SecretVolumeSource,
     TopologySpreadConstraint,
 )
 
-DNS_LABEL = r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?$"
-DNS_SUBDOMAIN = r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*$"
 ENV_NAME = r"^[-._a-zA-Z][-._a-zA-Z0-9]*$"
-QUANTITY = r"^[+]?([0-9]+(\.[0-9]*)?|\.[0-9]+)([eE][-+]?[0-9]+|[numkMGTPE]|[KMGTPE]i)?$"
 ABSOLUTE_PATH = r"^/[^\x00-\x1f\x7f]*$"
 
-ObjectName = Annotated[str, Field(min_length=1, max_length=253, pattern=DNS_SUBDOMAIN)]
 VolumeName = Annotated[str, Field(min_length=1, max_length=63, pattern=DNS_LABEL)]
-Quantity = Annotated[str, Field(min_length=1, max_length=64, pattern=QUANTITY)]
 Text = Annotated[str, Field(max_length=4096)]
 
 

@@ -17,7 +17,8 @@ from .constants import (
     DEFAULT_ROUTER_PORT,
     DEFAULT_SGLANG_IMAGE,
 )
-from .podtemplate import ABSOLUTE_PATH, DNS_SUBDOMAIN, QUANTITY, EnvVar, PodTemplateOverrides
+from .podtemplate import ABSOLUTE_PATH, EnvVar, PodTemplateOverrides
+from .podtypes import DNS_SUBDOMAIN, QUANTITY
 from .releases import SUPPORTED_RANGE, VERSION_PATTERN, image_tag_version
 
 MoeA2ABackend = Literal[
