@@ -204,8 +204,16 @@ def cmd_plan(args: argparse.Namespace) -> int:
 
 
 def cmd_run(args: argparse.Namespace) -> int:
-    from .controller.runner import run_operator
+    from .controller import leader
+    from .controller.runner import LeaderElection, run_operator
 
+    election = None
+    if args.leader_elect:
+        election = LeaderElection(
+            namespace=args.leader_election_namespace or leader.default_namespace(os.environ),
+            name=args.leader_election_name or leader.LEASE_NAME,
+            identity=leader.new_identity(args.leader_election_identity),
+        )
     return run_operator(
         namespaces=args.namespace or [],
         prometheus_url=args.prometheus_url,
@@ -219,12 +227,25 @@ def cmd_run(args: argparse.Namespace) -> int:
         operator_pod_labels=args.operator_pod_labels,
         prometheus_namespace_labels=args.prometheus_namespace_labels,
         prometheus_pod_labels=args.prometheus_pod_labels,
+        leader_election=election,
+        metrics_port=args.metrics_port,
+        metrics_address=args.metrics_address,
     )
 
 
 class _Parser(argparse.ArgumentParser):
     def error(self, message: str) -> NoReturn:
         self.exit(2, f"{self.prog}: error: {message}\n")
+
+
+def _port(text: str) -> int:
+    try:
+        port = int(text)
+    except ValueError:
+        port = -1
+    if not 0 <= port <= 65535:
+        raise argparse.ArgumentTypeError(f"not a port number (0-65535): {text!r}")
+    return port
 
 
 def _add_policy_flags(parser: argparse.ArgumentParser) -> None:
@@ -300,6 +321,32 @@ def build_parser() -> argparse.ArgumentParser:
     )
     run.add_argument("--prometheus-pod-labels", metavar="K=V,...", help="Prometheus pods' labels (NetworkPolicies)")
     run.add_argument("--liveness", metavar="URL", help="kopf health endpoint, e.g. http://0.0.0.0:8080/healthz")
+    run.add_argument(
+        "--leader-elect",
+        action=argparse.BooleanOptionalAction,
+        default=False,
+        help="run kopf only while holding a coordination.k8s.io Lease, so that of several replicas one writes "
+        "(default: off, for a single process; the chart turns it on)",
+    )
+    run.add_argument(
+        "--leader-election-namespace",
+        metavar="NS",
+        help="namespace of the Lease (default: $POD_NAMESPACE, else the in-cluster namespace, else default)",
+    )
+    run.add_argument(
+        "--leader-election-name", metavar="NAME", help="name of the Lease (default: sglang-operator-leader)"
+    )
+    run.add_argument(
+        "--leader-election-identity",
+        metavar="NAME",
+        help="this replica's name in the Lease (default: $POD_NAME, else the host name); a random suffix is added",
+    )
+    run.add_argument(
+        "--metrics-port", type=_port, default=0, metavar="PORT", help="serve /metrics on PORT (default 0: off)"
+    )
+    run.add_argument(
+        "--metrics-address", default="0.0.0.0", metavar="ADDR", help="address /metrics listens on (default 0.0.0.0)"
+    )
     run.add_argument("-v", "--verbose", action="store_true")
     run.set_defaults(func=cmd_run)
 
