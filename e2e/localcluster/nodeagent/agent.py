@@ -30,6 +30,7 @@ from localcluster.nodeagent.images import Toolchain
 from localcluster.nodeagent.ipam import Allocations
 from localcluster.nodeagent.kube import Kube, watch_pods
 from localcluster.nodeagent.layout import Layout
+from localcluster.nodeagent.light import LightServer
 from localcluster.nodeagent.logserver import LogServer
 from localcluster.nodeagent.nodes import NodeShape, allocatable, node_names
 from localcluster.nodeagent.podworker import PodWorker
@@ -108,6 +109,7 @@ class Agent:
         kube = await Kube.connect(self.settings.kubeconfig)
         session = aiohttp.ClientSession(connector=aiohttp.TCPConnector(force_close=True, limit=0))
         logs = LogServer(self.layout)
+        light = LightServer()
         try:
             version = await kube.version()
             port = await logs.start()
@@ -133,6 +135,7 @@ class Agent:
                 services=service_env(kube.host, kube.port),
                 base_env=base_env(tools),
                 node_reachable=keeper.reachable,
+                light=light,
             )
             self.keeper = keeper
             keeper.on_reconnect = self._reconnected
@@ -154,6 +157,7 @@ class Agent:
             await self.ctx.events.drain()
             self.ctx.allocations.close()
         finally:
+            await light.close()
             await logs.stop()
             await session.close()
             await kube.close()

@@ -14,6 +14,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
+from localcluster.nodeagent.light import LightProc
 from localcluster.nodeagent.process import Proc
 from localcluster.nodeagent.restarts import BackOff, after_exit
 from localcluster.nodeagent.status import ContainerView, terminated_state
@@ -46,7 +47,7 @@ class Container:
     backoff: BackOff = field(default_factory=BackOff)
     next_start: float = 0.0
     image: str = ""  # image of the running instance (a spec change restarts it)
-    proc: Proc | None = None
+    proc: Proc | LightProc | None = None  # a light container (`light.py`) has no process
     instance: int = 0
     probes: list[asyncio.Task[None]] = field(default_factory=list)
     kill_reason: str = ""
@@ -86,7 +87,7 @@ class Container:
             self.last_terminated = terminated_state(self.view())
         self.state, self.reason, self.message = "waiting", reason, message
 
-    def run(self, proc: Proc, container_id: str, started_at: float, restart_count: int) -> None:
+    def run(self, proc: Proc | LightProc, container_id: str, started_at: float, restart_count: int) -> None:
         if self.state == "terminated":
             self.last_terminated = terminated_state(self.view())
         self.proc = proc

@@ -12,6 +12,7 @@ from localcluster.nodeagent.images import Toolchain
 from localcluster.nodeagent.ipam import Allocations
 from localcluster.nodeagent.kube import Kube
 from localcluster.nodeagent.layout import Layout
+from localcluster.nodeagent.light import LightServer
 
 RESYNC_S = 60.0  # how often a quiet pod re-renders its volumes and re-checks its status
 
@@ -31,3 +32,4 @@ class Context:
     services: Mapping[str, str]  # KUBERNETES_SERVICE_* variables
     base_env: Mapping[str, str]  # PATH, HOME, ... (what an image would set)
     node_reachable: Callable[[str], bool]  # False while a node-not-ready fault cuts it off from the API
+    light: LightServer  # serves the light pods (`light.py`)

@@ -13,6 +13,13 @@ endpoints); a tag without a version (`latest`) plays the simulator's default, th
 Rows are tried top to bottom (`sglang-operator` and `sglang-router` also contain `sglang`). Anything else is
 `ImageNotRunnableLocally`: the container waits, as it would on a failed pull, with a message naming the image.
 
+Light pods (`light.py`): a repository whose last path element ends in `-light` (`lmsysorg/sglang-light:v0.5.23`,
+`lightseekorg/smg-light:1.13.0`), or a pod annotated `localcluster.sglang.ai/light: "true"`, selects the same row and
+the same command checks, but the container is not started as a process: the agent serves a stand-in of its HTTP
+API from its own event loop. The image marker exists because the operator copies `template.metadata.annotations`
+to worker pods only, while `router.image` reaches the router pods; a benchmark can then run hundreds of fleets on
+two cores without one process per pod.
+
 Listen addresses: all pods share the host's network stack, so a pod must bind only its own IP. Every argument
 that is or contains the address `0.0.0.0` (or is `::` / `[::]`) is rewritten to the pod IP, and for the known
 servers the listen flags are forced to the pod IP: SGLang's `--host` (its default 127.0.0.1 is pod-local in a
@@ -24,7 +31,7 @@ from __future__ import annotations
 
 import os
 import re
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 
 from sglang_operator.api.releases import image_tag_version
@@ -49,10 +56,16 @@ class Toolchain:
         return os.path.join(self.bindir, name)
 
 
+LIGHT_ANNOTATION = "localcluster.sglang.ai/light"
+LIGHT_SUFFIX = "-light"
+LIGHT_KINDS = ("sglang", "router")  # what the light server can stand in for; the operator always runs for real
+
+
 @dataclass(frozen=True)
 class Runnable:
     kind: str  # "sglang" | "router" | "operator"
     argv: tuple[str, ...]
+    light: bool = False  # served in-process by the agent (`light.py`), not started as a process
 
 
 @dataclass(frozen=True)
@@ -88,6 +101,15 @@ def image_kind(image: str) -> str | None:
         if any(marker in repository for marker in rule.markers):
             return rule.kind
     return None
+
+
+def light_image(image: str) -> bool:
+    """Whether the image names a light variant: the repository's last path element ends in `-light`."""
+    return image_repository(image).lower().rsplit("/", 1)[-1].endswith(LIGHT_SUFFIX)
+
+
+def light_pod(annotations: Mapping[str, str] | None) -> bool:
+    return (annotations or {}).get(LIGHT_ANNOTATION, "").lower() == "true"
 
 
 def python_module(argv: Sequence[str]) -> tuple[str, list[str]] | None:
@@ -185,9 +207,13 @@ LISTEN_FLAGS = {"sglang": ("--host",), "router": ("--host", "--prometheus-host")
 
 
 def map_container(
-    image: str, command: Sequence[str], args: Sequence[str], pod_ip: str, tools: Toolchain
+    image: str, command: Sequence[str], args: Sequence[str], pod_ip: str, tools: Toolchain, light: bool = False
 ) -> Runnable | NotRunnable:
-    """The local argv for a container whose `$(VAR)` references are already expanded."""
+    """The local argv for a container whose `$(VAR)` references are already expanded.
+
+    `light`: the pod asks for light mode (its annotation); a light image asks for it by itself. Either way only
+    SGLang and router containers become light, after the same command checks as a real start.
+    """
     kind = image_kind(image)
     if kind is None:
         return NotRunnable(
@@ -210,4 +236,4 @@ def map_container(
     mapped = [mapped[0], *rewrite_unspecified(mapped[1:], pod_ip)]
     for flag in LISTEN_FLAGS[kind]:
         mapped = force_listen_flag(mapped, flag, pod_ip)
-    return Runnable(kind, tuple(mapped))
+    return Runnable(kind, tuple(mapped), light=kind in LIGHT_KINDS and (light or light_image(image)))

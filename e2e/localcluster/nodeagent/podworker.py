@@ -24,9 +24,10 @@ from localcluster.nodeagent import lifecycle, sandbox
 from localcluster.nodeagent.container import Container, parse_time
 from localcluster.nodeagent.context import RESYNC_S, Context
 from localcluster.nodeagent.envvars import EnvError, PodFacts, container_env, expand, referenced_objects
-from localcluster.nodeagent.images import NotRunnable, image_kind, map_container
+from localcluster.nodeagent.images import NotRunnable, Runnable, image_kind, light_pod, map_container
 from localcluster.nodeagent.kube import MERGE_PATCH, ApiError, decode
 from localcluster.nodeagent.layout import write_json
+from localcluster.nodeagent.light import LightProc, make_pod
 from localcluster.nodeagent.nodes import GPU_RESOURCE, HOST_IP
 from localcluster.nodeagent.prober import ProbeTarget, probe_loop
 from localcluster.nodeagent.probes import ProbeSpec, ProbeState, container_probes
@@ -294,9 +295,13 @@ class PodWorker:
             return
         command = [expand(str(x), env) for x in c.spec.get("command") or []]
         args = [expand(str(x), env) for x in c.spec.get("args") or []]
-        mapped = map_container(c.spec.get("image", ""), command, args, self.ip, self.ctx.tools)
+        light = light_pod(pod["metadata"].get("annotations"))
+        mapped = map_container(c.spec.get("image", ""), command, args, self.ip, self.ctx.tools, light)
         if isinstance(mapped, NotRunnable):
             self._config_error(c, mapped.reason, mapped.message, None)  # waits until the image changes
+            return
+        if mapped.light:
+            await self._start_light(c, mapped, env)
             return
         try:
             binds = container_binds(pod, c.spec, self.volume_dirs, env, str(self.ctx.layout.etc_hosts(self.uid)))
@@ -324,7 +329,40 @@ class PodWorker:
         self.ctx.events.emit(pod, "Normal", "Started", f"Started container {c.name}")
         await self._start_probes(c, env)
 
-    def _on_exit(self, c: Container, proc: Proc, _: object = None) -> None:
+    async def _start_light(self, c: Container, mapped: Runnable, env: dict[str, str]) -> None:
+        """Start a light container (`light.py`): listen on its ports from the agent's loop instead of a process."""
+        pod = self.pod
+        assert pod is not None
+        restart = c.restart_count + (1 if c.ever_ran else 0)
+        layout = self.ctx.layout
+        light = make_pod(mapped.kind, self.ip, c.spec, mapped.argv, env)
+        try:
+            sites = await self.ctx.light.open(light)
+        except OSError as err:
+            self._config_error(c, "RunContainerError", f"light {mapped.kind} cannot listen on {self.ip}: {err}",
+                               CONFIG_RETRY_S)  # fmt: skip
+            return
+        log_path = layout.log_file(self.namespace, self.name, self.uid, c.name, restart)
+        log_path.parent.mkdir(parents=True, exist_ok=True)
+        with log_path.open("a") as log:
+            log.write(f"light {mapped.kind} served by the node agent on {self.ip} ports {list(light.ports)}\n")
+        now = time.time()
+        cid = container_id(self.uid, c.name, restart)
+        proc = LightProc(ProcRecord(0, 0, restart, cid, now, mapped.argv), self.ctx.light, light, sites)
+        c.run(proc, cid, now, restart)
+        proc.exited.add_done_callback(functools.partial(self._on_exit, c, proc))
+        self.ctx.events.emit(pod, "Normal", "Pulled", f'Container image "{c.image}" already present on machine')
+        self.ctx.events.emit(pod, "Normal", "Created", f"Created container: {c.name}")
+        self.ctx.events.emit(pod, "Normal", "Started", f"Started container {c.name}")
+        await self._start_probes(c, env)
+
+    def _target(self, c: Container, env: Mapping[str, str], proc: Proc | LightProc) -> ProbeTarget:
+        """Where probes and hooks of this container instance go; a light one's HTTP GETs are answered in-process."""
+        if isinstance(proc, LightProc):
+            return ProbeTarget(self.ip, c.spec, env, [], self.ctx.session, local=self.ctx.light.probe)
+        return ProbeTarget(self.ip, c.spec, env, exec_prefix(proc.pid, self.ctx.isolate), self.ctx.session)
+
+    def _on_exit(self, c: Container, proc: Proc | LightProc, _: object = None) -> None:
         if c.proc is not proc:
             return
         code = proc.exited.result()
@@ -344,7 +382,7 @@ class PodWorker:
                 env = await self._env(c)
             except (EnvError, *API_ERRORS):
                 env = dict(self.ctx.base_env)
-        target = ProbeTarget(self.ip, c.spec, env, exec_prefix(c.proc.pid, self.ctx.isolate), self.ctx.session)
+        target = self._target(c, env, c.proc)
         specs = container_probes(c.spec)
         if resume and c.started:
             self._after_startup(c, specs, target, ready=c.ready)
@@ -415,9 +453,7 @@ class PodWorker:
         began = time.monotonic()
         pre_stop = (c.spec.get("lifecycle") or {}).get("preStop")
         if pre_stop and grace > 0:
-            target = ProbeTarget(
-                self.ip, c.spec, self.ctx.base_env, exec_prefix(proc.pid, self.ctx.isolate), self.ctx.session
-            )
+            target = self._target(c, self.ctx.base_env, proc)
             await lifecycle.run_hook(pre_stop, target, grace)
         await proc.stop(max(0.0, grace - (time.monotonic() - began)))
         self._on_exit(c, proc)

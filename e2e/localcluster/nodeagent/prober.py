@@ -33,8 +33,12 @@ class ProbeTarget:
         env: Mapping[str, str],
         exec_prefix: Sequence[str],
         session: aiohttp.ClientSession,
+        local: Callable[[str, int, str], int | None] | None = None,
     ) -> None:
+        """`local(ip, port, path)`: the status a GET would get, answered in-process (a light container's probes,
+        `light.py`); None falls back to a real request."""
         self.pod_ip = pod_ip
+        self.local = local
         self.container = container
         self.env = dict(env)
         self.exec_prefix = list(exec_prefix)
@@ -50,6 +54,12 @@ async def http_get(target: ProbeTarget, action: Mapping[str, Any], timeout: floa
         path = "/" + path
     headers = {"User-Agent": USER_AGENT, "Accept": "*/*"}
     headers.update({h["name"]: h["value"] for h in action.get("httpHeaders") or []})
+    if target.local is not None and scheme == "http":
+        status = target.local(host, port, path)
+        if status is not None:
+            if 200 <= status < 400:
+                return True, ""
+            return False, f"HTTP probe failed with statuscode: {status}"
     url = f"{scheme}://{host}:{port}{path}"
     async with target.session.get(
         url,
