@@ -1,5 +1,6 @@
 """The Helm chart: it lints, renders objects a 1.34 API server accepts, grants exactly the permissions the
-operator uses (no more, no wildcards), and `manifests/install.yaml` is its default rendering.
+operator uses (no more, no wildcards), runs two replicas with leader election and exposes the operator's metrics
+by default, and `manifests/install.yaml` is its default rendering.
 
 `helm` is built from Go modules on first use (`localcluster.helm`, a few minutes cold, cached in e2e/.bin).
 """
@@ -50,6 +51,10 @@ CLUSTER_PERMISSIONS: dict[tuple[str, str], set[str]] = {
 }
 # kopf follows the namespaces it watches when it does not watch the whole cluster.
 NAMESPACE_WATCH: dict[tuple[str, str], set[str]] = {("", "namespaces"): {"list", "watch"}}
+# controller/leader.py: read the Lease, create it once, replace it with the resourceVersion read.
+LEASE_PERMISSIONS: dict[tuple[str, str], set[str]] = {("coordination.k8s.io", "leases"): {"get", "create", "update"}}
+# Objects of CRDs that kubernetes-validate has no schema for.
+NOT_BUILT_IN = ("monitoring.coreos.com/",)
 
 
 @pytest.fixture(scope="module")
@@ -101,7 +106,13 @@ VARIANTS = {
         "--set-json", 'allowedPrometheusURLs=["http://prometheus.monitoring.svc:9090","https://thanos.example:9091/"]',
         "--set-json", 'networkPolicy.prometheus.namespaceLabels={"kubernetes.io/metadata.name":"monitoring"}',
         "--set-json", 'networkPolicy.prometheus.podLabels={"app.kubernetes.io/name":"prometheus","team":"obs"}',
+        "--set", "metrics.port=9100",
+        "--set", "metrics.serviceMonitor.enabled=true",
+        "--set-json", 'metrics.serviceMonitor.labels={"release":"kube-prometheus"}',
+        "--set", "replicas=3",
     ],
+    "single-no-election-no-metrics": ["--set", "replicas=1", "--set", "leaderElection.enabled=false",
+                                      "--set", "metrics.enabled=false"],
     "bring-your-own-account": ["--set", "serviceAccount.create=false", "--set", "serviceAccount.name=ops",
                                "--set", "rbac.create=false"],
 }  # fmt: skip
@@ -123,7 +134,8 @@ def test_rendered_objects_are_valid_kubernetes(helm: Path, variant: str) -> None
     objects = render(helm, "--include-crds", *VARIANTS[variant])
     assert by_kind(objects, "Deployment") and by_kind(objects, "CustomResourceDefinition")
     for obj in objects:
-        kubernetes_validate.validate(obj, KUBE_VERSION, strict=True)
+        if not obj["apiVersion"].startswith(NOT_BUILT_IN):
+            kubernetes_validate.validate(obj, KUBE_VERSION, strict=True)
 
 
 def test_default_deployment_runs_the_operator_image_locked_down(helm: Path) -> None:
@@ -131,8 +143,11 @@ def test_default_deployment_runs_the_operator_image_locked_down(helm: Path) -> N
     (deployment,) = by_kind(objects, "Deployment")
     pod = deployment["spec"]["template"]["spec"]
     container = operator_container(objects)
-    assert deployment["spec"]["replicas"] == 1
-    assert deployment["spec"]["strategy"] == {"type": "Recreate"}
+    assert deployment["spec"]["replicas"] == 2
+    assert deployment["spec"]["strategy"] == {
+        "type": "RollingUpdate",
+        "rollingUpdate": {"maxSurge": 1, "maxUnavailable": 0},
+    }
     assert container["image"] == "ghcr.io/sglang-operator/sglang-operator:0.1.0"
     assert (container["command"], container["args"]) == (
         ["sglang-operator"],
@@ -141,6 +156,11 @@ def test_default_deployment_runs_the_operator_image_locked_down(helm: Path) -> N
             "--operator-namespace=sglang-operator",
             "--operator-pod-labels=app.kubernetes.io/instance=sglang-operator,app.kubernetes.io/name=sglang-operator",
             "--liveness=http://0.0.0.0:8080/healthz",
+            "--leader-elect",
+            "--leader-election-namespace=sglang-operator",
+            "--leader-election-name=sglang-operator-leader",
+            "--metrics-port=8081",
+            "--metrics-address=0.0.0.0",
         ],
     )
     assert pod["serviceAccountName"] == "sglang-operator"
@@ -173,6 +193,11 @@ def test_values_reach_the_command_line(helm: Path) -> None:
         "--prometheus-pod-labels=app.kubernetes.io/name=prometheus,team=obs",
         "--verbose",
         "--liveness=http://0.0.0.0:8080/healthz",
+        "--leader-elect",
+        "--leader-election-namespace=sglang-operator",
+        "--leader-election-name=sglang-operator-leader",
+        "--metrics-port=9100",
+        "--metrics-address=0.0.0.0",
     ]
     assert container["livenessProbe"]["httpGet"] == {"path": "/healthz", "port": "health"}
 
@@ -203,12 +228,13 @@ def test_clusterwide_rbac_grants_exactly_what_the_operator_uses(helm: Path) -> N
     bound = {b["roleRef"]["name"]: b["subjects"] for b in by_kind(objects, "ClusterRoleBinding")}
     subject = [{"kind": "ServiceAccount", "name": "sglang-operator", "namespace": "sglang-operator"}]
     assert bound == {"sglang-operator": subject, "sglang-operator-cluster": subject}
-    assert not by_kind(objects, "RoleBinding")
+    assert [b["roleRef"]["name"] for b in by_kind(objects, "RoleBinding")] == ["sglang-operator-leader-election"]
 
 
 def test_rbac_has_no_wildcards_in_any_variant(helm: Path) -> None:
     for args in VARIANTS.values():
-        for role in by_kind(render(helm, *args), "ClusterRole"):
+        objects = render(helm, *args)
+        for role in by_kind(objects, "ClusterRole") + by_kind(objects, "Role"):
             for rule in role["rules"]:
                 for key in ("apiGroups", "resources", "verbs"):
                     assert "*" not in rule[key], (role["metadata"]["name"], rule)
@@ -220,20 +246,112 @@ def test_watch_namespaces_grant_namespaced_permissions_only_there(helm: Path) ->
     roles = {role["metadata"]["name"]: grants(role) for role in by_kind(objects, "ClusterRole")}
     assert roles["sglang-operator-cluster"] == {**CLUSTER_PERMISSIONS, **NAMESPACE_WATCH}
     assert [b["roleRef"]["name"] for b in by_kind(objects, "ClusterRoleBinding")] == ["sglang-operator-cluster"]
-    role_bindings = by_kind(objects, "RoleBinding")
+    role_bindings = [b for b in by_kind(objects, "RoleBinding") if b["roleRef"]["kind"] == "ClusterRole"]
     assert sorted(b["metadata"]["namespace"] for b in role_bindings) == ["team-a", "team-b"]
     assert {b["roleRef"]["name"] for b in role_bindings} == {"sglang-operator"}
 
 
-def test_without_rbac_and_service_account_only_the_deployment_renders(helm: Path) -> None:
+def test_without_rbac_and_service_account_no_account_or_permission_renders(helm: Path) -> None:
     objects = render(helm, *VARIANTS["bring-your-own-account"])
-    assert [obj["kind"] for obj in objects] == ["Deployment"]
-    assert objects[0]["spec"]["template"]["spec"]["serviceAccountName"] == "ops"
+    assert sorted(obj["kind"] for obj in objects) == ["Deployment", "PodDisruptionBudget", "Service"]
+    assert by_kind(objects, "Deployment")[0]["spec"]["template"]["spec"]["serviceAccountName"] == "ops"
 
 
-def test_more_than_one_replica_is_refused(helm: Path) -> None:
-    with pytest.raises(RuntimeError, match="replicas must be 0 or 1"):
-        render(helm, "--set", "replicas=2")
+def test_leader_election_lease_rbac_is_namespaced_to_the_release(helm: Path) -> None:
+    """The Lease permissions are a Role in the release namespace (never a ClusterRole: no other namespace's
+    Leases, kube-node-lease's included), bound to the operator's account, with exactly the verbs leader.py uses."""
+    for variant in ("defaults", "everything-set"):
+        objects = render(helm, *VARIANTS[variant])
+        (role,) = by_kind(objects, "Role")
+        assert (role["metadata"]["name"], role["metadata"]["namespace"]) == (
+            "sglang-operator-leader-election",
+            "sglang-operator",
+        )
+        assert grants(role) == LEASE_PERMISSIONS
+        for cluster_role in by_kind(objects, "ClusterRole"):
+            assert ("coordination.k8s.io", "leases") not in grants(cluster_role)
+        (binding,) = [b for b in by_kind(objects, "RoleBinding") if b["roleRef"]["kind"] == "Role"]
+        assert binding["metadata"]["namespace"] == "sglang-operator"
+        assert binding["roleRef"]["name"] == "sglang-operator-leader-election"
+        assert binding["subjects"] == [
+            {"kind": "ServiceAccount", "name": "sglang-operator", "namespace": "sglang-operator"}
+        ]
+    assert not by_kind(render(helm, *VARIANTS["single-no-election-no-metrics"]), "Role")
+
+
+def test_two_replicas_spread_over_nodes_with_a_disruption_budget(helm: Path) -> None:
+    objects = render(helm)
+    (deployment,) = by_kind(objects, "Deployment")
+    pod = deployment["spec"]["template"]["spec"]
+    selector = deployment["spec"]["selector"]["matchLabels"]
+    (preferred,) = pod["affinity"]["podAntiAffinity"]["preferredDuringSchedulingIgnoredDuringExecution"]
+    assert preferred["podAffinityTerm"] == {
+        "topologyKey": "kubernetes.io/hostname",
+        "labelSelector": {"matchLabels": selector},
+    }
+    (pdb,) = by_kind(objects, "PodDisruptionBudget")
+    assert pdb["spec"] == {"minAvailable": 1, "selector": {"matchLabels": selector}}
+    env = {
+        e["name"]: e.get("valueFrom", {}).get("fieldRef", {}).get("fieldPath")
+        for e in operator_container(objects)["env"]
+    }
+    assert (env["POD_NAME"], env["POD_NAMESPACE"]) == ("metadata.name", "metadata.namespace")
+    # The user's own affinity is kept, and the spread is added beside it unless they set a podAntiAffinity.
+    affinity = by_kind(render(helm, *VARIANTS["everything-set"]), "Deployment")[0]["spec"]["template"]["spec"][
+        "affinity"
+    ]
+    assert set(affinity) == {"nodeAffinity", "podAntiAffinity"}
+    own = '{"podAntiAffinity":{"requiredDuringSchedulingIgnoredDuringExecution":[{"topologyKey":"zone"}]}}'
+    mine = by_kind(render(helm, "--set-json", f"affinity={own}"), "Deployment")[0]["spec"]["template"]["spec"]
+    assert list(mine["affinity"]["podAntiAffinity"]) == ["requiredDuringSchedulingIgnoredDuringExecution"]
+
+
+def test_one_replica_needs_no_budget_or_spread_and_more_need_leader_election(helm: Path) -> None:
+    objects = render(helm, "--set", "replicas=1")
+    assert not by_kind(objects, "PodDisruptionBudget")
+    assert "affinity" not in by_kind(objects, "Deployment")[0]["spec"]["template"]["spec"]
+    assert "--leader-elect" in operator_container(objects)["args"]
+    single = render(helm, *VARIANTS["single-no-election-no-metrics"])
+    assert by_kind(single, "Deployment")[0]["spec"]["strategy"] == {"type": "Recreate"}
+    assert not [a for a in operator_container(single)["args"] if a.startswith(("--leader", "--metrics"))]
+    with pytest.raises(RuntimeError, match=r"replicas > 1 needs leaderElection\.enabled"):
+        render(helm, "--set", "replicas=2", "--set", "leaderElection.enabled=false")
+
+
+def test_metrics_service_scrape_annotations_and_service_monitor(helm: Path) -> None:
+    objects = render(helm, "--set-json", 'podAnnotations={"team":"ml"}')
+    (deployment,) = by_kind(objects, "Deployment")
+    template = deployment["spec"]["template"]
+    assert template["metadata"]["annotations"] == {
+        "team": "ml",
+        "prometheus.io/scrape": "true",
+        "prometheus.io/port": "8081",
+        "prometheus.io/path": "/metrics",
+    }
+    container = operator_container(objects)
+    assert {"name": "metrics", "containerPort": 8081, "protocol": "TCP"} in container["ports"]
+    (service,) = by_kind(objects, "Service")
+    assert service["metadata"]["name"] == "sglang-operator-metrics"
+    assert service["spec"]["ports"] == [{"name": "metrics", "port": 8081, "targetPort": "metrics", "protocol": "TCP"}]
+    assert service["spec"]["selector"] == deployment["spec"]["selector"]["matchLabels"]
+    assert not by_kind(objects, "ServiceMonitor")  # off by default: the CRD may not exist
+
+    objects = render(helm, *VARIANTS["everything-set"])
+    (service,) = by_kind(objects, "Service")
+    (monitor,) = by_kind(objects, "ServiceMonitor")
+    assert monitor["metadata"]["labels"]["release"] == "kube-prometheus"
+    assert monitor["spec"]["endpoints"] == [{"port": "metrics", "path": "/metrics", "interval": "30s"}]
+    assert monitor["spec"]["selector"]["matchLabels"].items() <= service["metadata"]["labels"].items()
+    assert monitor["spec"]["namespaceSelector"] == {"matchNames": ["sglang-operator"]}
+
+    off = render(helm, *VARIANTS["single-no-election-no-metrics"])
+    assert not by_kind(off, "Service") and not by_kind(off, "ServiceMonitor")
+    assert "annotations" not in by_kind(off, "Deployment")[0]["spec"]["template"]["metadata"]
+    assert "ports" in operator_container(off)  # health only
+    assert [p["name"] for p in operator_container(off)["ports"]] == ["health"]
+    assert not by_kind(
+        render(helm, "--set", "metrics.enabled=false", "--set", "metrics.serviceMonitor.enabled=true"), "ServiceMonitor"
+    )
 
 
 def test_install_manifest_is_the_default_rendering(helm: Path) -> None:
@@ -243,7 +361,10 @@ def test_install_manifest_is_the_default_rendering(helm: Path) -> None:
         kubernetes_validate.validate(doc, KUBE_VERSION, strict=True)
     kinds = [doc["kind"] for doc in documents]
     assert kinds[:2] == ["Namespace", "CustomResourceDefinition"]
-    assert {"ServiceAccount", "ClusterRole", "ClusterRoleBinding", "Deployment"} <= set(kinds)
+    assert {
+        "ServiceAccount", "ClusterRole", "ClusterRoleBinding", "Role", "RoleBinding", "Deployment", "Service",
+        "PodDisruptionBudget",
+    } <= set(kinds)  # fmt: skip
 
 
 def test_chart_crd_is_the_generated_crd() -> None:
