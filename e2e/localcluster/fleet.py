@@ -68,17 +68,43 @@ class OperatorProcess:
     """`sglang-operator run` as a local process against the admin kubeconfig; killable like a crashed pod."""
 
     def __init__(
-        self, kubeconfig: Path, namespaces: list[str], log_path: Path, run_args: list[str] | None = None
+        self,
+        kubeconfig: Path,
+        namespaces: list[str],
+        log_path: Path,
+        run_args: list[str] | None = None,
+        *,
+        lease_namespace: str | None = None,
+        identity: str | None = None,
+        metrics_port: int | None = None,
     ) -> None:
-        """`run_args`: more `run` flags, e.g. `["--allow-prometheus-url", url]` for CRs that name their own."""
+        """`run_args`: more `run` flags, e.g. `["--allow-prometheus-url", url]` for CRs that name their own.
+        `lease_namespace`: run with `--leader-elect`, the Lease there; `identity` the holder's name before its
+        random suffix (the Lease's holderIdentity starts with `<identity>_`). `metrics_port`: serve /metrics on
+        127.0.0.1 at that port (`metrics_url`)."""
         self.kubeconfig, self.namespaces, self.log_path = kubeconfig, namespaces, log_path
         self.run_args = list(run_args or [])
+        self.lease_namespace, self.identity, self.metrics_port = lease_namespace, identity, metrics_port
         self.proc: subprocess.Popen[bytes] | None = None
+
+    @property
+    def metrics_url(self) -> str:
+        assert self.metrics_port, "started without a metrics port"
+        return f"http://127.0.0.1:{self.metrics_port}/metrics"
+
+    def running(self) -> bool:
+        return self.proc is not None and self.proc.poll() is None
 
     def start(self) -> OperatorProcess:
         command = [str(Path(sys.executable).parent / "sglang-operator"), "run"]
         for namespace in self.namespaces:
             command += ["--namespace", namespace]
+        if self.lease_namespace:
+            command += ["--leader-elect", "--leader-election-namespace", self.lease_namespace]
+        if self.identity:
+            command += ["--leader-election-identity", self.identity]
+        if self.metrics_port:
+            command += ["--metrics-address", "127.0.0.1", "--metrics-port", str(self.metrics_port)]
         command += self.run_args
         env = {**os.environ, "KUBECONFIG": str(self.kubeconfig)}
         self.log_path.parent.mkdir(parents=True, exist_ok=True)

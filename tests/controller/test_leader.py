@@ -5,6 +5,7 @@ then the thin Lease client's calls."""
 from __future__ import annotations
 
 import json
+import socket
 from collections.abc import Mapping
 from dataclasses import dataclass, field, replace
 from datetime import UTC, datetime
@@ -12,9 +13,10 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+import requests
 from kubernetes.client.exceptions import ApiException
 
-from sglang_operator import metrics
+from sglang_operator.cli import build_parser
 from sglang_operator.controller import leader
 from sglang_operator.controller.leader import (
     LeaderElector,
@@ -31,6 +33,7 @@ from sglang_operator.controller.leader import (
     renewed_spec,
     standby_verdict,
 )
+from sglang_operator.controller.runner import standby_liveness
 
 T = Timing()  # 10 s lease, 7 s renew deadline, 2 s retry
 WALL = datetime(2026, 12, 1, 18, 0, 0, 0, tzinfo=UTC)
@@ -331,38 +334,28 @@ class FakeCoordination:
         return self._answer("update", kwargs, body)
 
 
-def requests_counted(verb: str, code: str) -> float:
-    value = metrics.REGISTRY.get_sample_value("sglang_operator_kubernetes_requests_total", {"verb": verb, "code": code})
-    return value or 0.0
-
-
 def lease_client(fake: FakeCoordination) -> LeaseClient:
     client = LeaseClient.__new__(LeaseClient)
     client.coordination, client.namespace, client.name = fake, "ops", "sglang-operator-leader"
     return client
 
 
-def test_lease_client_calls_are_bounded_counted_and_versioned() -> None:
+def test_lease_client_calls_are_bounded_and_versioned() -> None:
     fake = FakeCoordination()
     leases = lease_client(fake)
-    before = {(v, c): requests_counted(v, c) for v, c in (("get", "200"), ("create", "201"), ("update", "200"))}
     assert leases.read() == LeaseRecord("a_1", 0, None, None, 0, "42")
     created = leases.create(acquired_spec("a_1", None, WALL, T))
     assert created is not None and created.holder == "a_1" and created.lease_seconds == 10
     replaced = leases.replace(renewed_spec("a_1", created, WALL, T), "41")
     assert replaced is not None and replaced.resource_version == "42"
     assert [verb for verb, _ in fake.calls] == ["get", "create", "update"]
-    for key, count in before.items():
-        assert requests_counted(*key) == count + 1
 
 
 @pytest.mark.parametrize(("status", "verb"), [(404, "get"), (409, "create"), (409, "update")])
 def test_lease_client_maps_absent_and_conflict_to_none(status: int, verb: str) -> None:
     leases = lease_client(FakeCoordination(fail=ApiException(status=status)))
-    before = requests_counted(verb, str(status))
     call = {"get": leases.read, "create": lambda: leases.create({}), "update": lambda: leases.replace({}, "41")}[verb]
     assert call() is None
-    assert requests_counted(verb, str(status)) == before + 1
 
 
 @pytest.mark.parametrize("status", [403, 500])
@@ -382,3 +375,43 @@ def test_lease_record_round_trips_through_the_body() -> None:
     assert replace(record, resource_version="x") == LeaseRecord(
         "a_1", 10, spec["acquireTime"], spec["renewTime"], 0, "x"
     )
+
+
+# -- what `run` wires around the elector -------------------------------------------------------------------------
+
+
+def free_port() -> int:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return int(sock.getsockname()[1])
+
+
+def test_a_standby_answers_the_liveness_url_while_its_loop_is_fresh_and_frees_the_port() -> None:
+    port = free_port()
+    healthy = [True]
+    url = f"http://127.0.0.1:{port}/healthz"
+    with standby_liveness(url, lambda: healthy[0]):
+        assert requests.get(url, timeout=5).status_code == 200
+        assert requests.get(f"http://127.0.0.1:{port}/other", timeout=5).status_code == 503
+        healthy[0] = False  # the election loop stopped attempting: the kubelet should restart the pod
+        assert requests.get(url, timeout=5).status_code == 503
+    with socket.socket() as sock:  # kopf binds the same port next
+        sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        sock.bind(("127.0.0.1", port))
+
+
+def test_run_flags_for_leader_election_and_metrics() -> None:
+    parser = build_parser()
+    args = parser.parse_args(["run"])
+    assert (args.leader_elect, args.metrics_port, args.metrics_address) == (False, 0, "0.0.0.0")
+    args = parser.parse_args(
+        ["run", "--leader-elect", "--leader-election-namespace", "ops", "--leader-election-identity", "op-a",
+         "--metrics-port", "8081"]
+    )  # fmt: skip
+    assert (args.leader_elect, args.leader_election_namespace, args.leader_election_identity) == (True, "ops", "op-a")
+    assert args.metrics_port == 8081
+    assert parser.parse_args(["run", "--leader-elect", "--no-leader-elect"]).leader_elect is False
+    for bad in ("70000", "-1", "http"):
+        with pytest.raises(SystemExit) as exit_info:
+            parser.parse_args(["run", "--metrics-port", bad])
+        assert exit_info.value.code == 2

@@ -32,8 +32,6 @@ import urllib3
 from kubernetes import client
 from kubernetes.client.exceptions import ApiException
 
-from .. import metrics
-
 log = logging.getLogger(__name__)
 
 LEASE_NAME: Final = "sglang-operator-leader"
@@ -230,7 +228,8 @@ TRANSIENT_ERRORS: Final = (ApiException, urllib3.exceptions.HTTPError, OSError)
 
 class LeaseClient:
     """One named Lease through the API server, as plain JSON (the generated models would serialise MicroTime with
-    `isoformat()`, which drops the fraction when it is zero). Every call is counted in the operator's metrics."""
+    `isoformat()`, which drops the fraction when it is zero). The requests are counted in the operator's metrics by
+    the shared client (`kube.api_client`), like every other call."""
 
     def __init__(self, api: client.ApiClient, namespace: str, name: str = LEASE_NAME) -> None:
         self.coordination = client.CoordinationV1Api(api)
@@ -240,11 +239,9 @@ class LeaseClient:
         try:
             response = call()
         except ApiException as exc:
-            metrics.count_api_request(verb, exc.status or 0)
             if (verb == "get" and exc.status == 404) or exc.status == 409:
                 return None
             raise
-        metrics.count_api_request(verb, response.status)
         return dict(json.loads(response.data))
 
     def read(self) -> LeaseRecord | None:
