@@ -8,8 +8,6 @@ The pieces that make it so are pure: the reconciler's count (`desired_replicas`)
 from datetime import UTC, datetime
 from typing import Any
 
-from kubernetes.client import V1ObjectMeta, V1Pod, V1PodCondition, V1PodStatus
-
 from sglang_operator.api.constants import ANNOTATION_WARM
 from sglang_operator.api.validation import parse_spec
 from sglang_operator.autoscaling.loop import autoscaler_status, fleet_state, scale_event
@@ -33,11 +31,11 @@ def body(replicas: int, decided: int | None, ready: int, serving: int) -> dict[s
     }
 
 
-def warm_pod(replica: str) -> V1Pod:
-    return V1Pod(
-        metadata=V1ObjectMeta(labels={"sglang.ai/replica": replica}, annotations={ANNOTATION_WARM: "true"}),
-        status=V1PodStatus(conditions=[V1PodCondition(type="Ready", status="True")]),
-    )
+def warm_pod(replica: str) -> dict[str, Any]:
+    return {
+        "metadata": {"labels": {"sglang.ai/replica": replica}, "annotations": {ANNOTATION_WARM: "true"}},
+        "status": {"conditions": [{"type": "Ready", "status": "True"}]},
+    }
 
 
 def decision(replicas: int) -> Decision:

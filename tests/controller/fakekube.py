@@ -3,6 +3,12 @@
 It keeps objects as plain dicts by (kind, name) in one namespace, answers 404/409 like the API server (a missing
 object is a Status naming it; a resource type the server does not serve is a plain "404 page not found"), and
 fails any call made without `_request_timeout`.
+
+Server-side apply (a patch with content type `application/apply-patch+yaml`) is recorded as verb `apply` and
+modelled the way the API server merges it for one field manager: the applied object's fields are set, fields the
+manager applied before and leaves out are removed, fields nobody applied (other managers') stay; lists are
+replaced whole; `metadata.uid` in the body is a precondition (409 when it differs); an apply of an absent object
+creates it.
 """
 
 import json
@@ -42,6 +48,8 @@ class FakeKube:
     failures: dict[tuple[str, str], ApiException] = field(default_factory=dict)
     """(verb, kind) -> the exception that call raises."""
     uids: int = 0
+    applied: dict[tuple[str, str, str], dict[str, Any]] = field(default_factory=dict)
+    """(manager, kind, name) -> the object that manager applied last."""
 
     # -- bookkeeping -----------------------------------------------------------------------------------------
     def _record(self, verb: str, kind: str, name: str, body: Any, kwargs: dict[str, Any]) -> None:
@@ -77,7 +85,33 @@ class FakeKube:
             raise _not_found(kind, name)
         return self.objects[(kind, name)]
 
+    def _apply(self, kind: str, name: str, body: dict[str, Any], kwargs: dict[str, Any]) -> dict[str, Any]:
+        self._record("apply", kind, name, body, kwargs)
+        manager = kwargs.get("field_manager")
+        assert manager and kwargs.get("force") is True, "an apply names its field manager and forces"
+        body = json.loads(json.dumps(body))
+        precondition = body["metadata"].pop("uid", None)
+        current = self.objects.get((kind, name))
+        if current is None:
+            if precondition is not None:
+                raise _not_found(kind, name)
+            created = self.put({**body, "kind": kind})
+            self.applied[(manager, kind, name)] = body
+            return created
+        if precondition is not None and precondition != current["metadata"].get("uid"):
+            raise ApiException(status=409, reason="Conflict")
+        before = self.applied.get((manager, kind, name), {})
+        _merge_applied(current, before, body)
+        self.applied[(manager, kind, name)] = body
+        current["metadata"]["resourceVersion"] = str(int(current["metadata"].get("resourceVersion") or 0) + 1)
+        return current
+
+    def applies(self, kind: str | None = None) -> list[Call]:
+        return [c for c in self.calls if c.verb == "apply" and (kind is None or c.kind == kind)]
+
     def _patch(self, kind: str, name: str, body: dict[str, Any], kwargs: dict[str, Any]) -> dict[str, Any]:
+        if "apply-patch" in str(kwargs.get("_content_type", "")):
+            return self._apply(kind, name, body, kwargs)
         self._record("patch", kind, name, body, kwargs)
         if (kind, name) not in self.objects:
             raise _not_found(kind, name)
@@ -190,6 +224,19 @@ class FakeKube:
         status.update(body["status"])
         current["metadata"]["resourceVersion"] = str(int(current["metadata"]["resourceVersion"]) + 1)
         return current
+
+
+def _merge_applied(live: dict[str, Any], before: dict[str, Any], applied: dict[str, Any]) -> None:
+    """Server-side apply for one manager, on maps: set what `applied` has, drop what `before` had and `applied`
+    has not; leave keys neither names (another manager's)."""
+    for key in before:
+        if key not in applied:
+            live.pop(key, None)
+    for key, value in applied.items():
+        if isinstance(value, dict) and isinstance(live.get(key), dict):
+            _merge_applied(live[key], before.get(key) if isinstance(before.get(key), dict) else {}, value)
+        else:
+            live[key] = json.loads(json.dumps(value))
 
 
 def wire(target: Any, fake: FakeKube) -> None:

@@ -1,6 +1,8 @@
-"""The executor against an in-memory API: unchanged children are not written, objects the CR does not own are
-never patched or deleted, and every call carries a deadline."""
+"""The executor against an in-memory API: children are server-side applied (a dropped field goes, another manager's
+field stays), unchanged children are not written, objects the CR does not own are never written or deleted, pod
+bookkeeping applies only the operator's annotations, and every call carries a deadline."""
 
+import json
 from typing import Any
 
 import pytest
@@ -53,10 +55,41 @@ def test_create_then_unchanged_then_patched_on_change() -> None:
     assert w.ensure(desired, None, OWNER.uid) is Outcome.CREATED
     stored = fake.objects[("Service", "chat-router")]
     assert w.ensure(desired, stored, OWNER.uid) is Outcome.UNCHANGED
-    assert [c.verb for c in fake.writes()] == ["create"]  # nothing written for an unchanged child
+    assert [c.verb for c in fake.writes()] == ["apply"]  # nothing written for an unchanged child
+    assert "uid" not in fake.calls[-1].body["metadata"]  # a create has no object to name
     changed = {**desired, "spec": {**desired["spec"], "ports": []}}
     assert w.ensure(changed, stored, OWNER.uid) is Outcome.PATCHED
-    assert [c.verb for c in fake.writes()] == ["create", "patch"]
+    assert [c.verb for c in fake.writes()] == ["apply", "apply"]
+    assert fake.calls[-1].body["metadata"]["uid"] == stored["metadata"]["uid"]  # that very object
+
+
+def test_an_apply_removes_a_dropped_field_and_keeps_fields_others_set() -> None:
+    w, fake = writer()
+    desired = router_service()
+    desired["metadata"]["labels"]["dropped-later"] = "yes"
+    w.ensure(desired, None, OWNER.uid)
+    stored = fake.objects[("Service", "chat-router")]
+    stored["metadata"]["labels"]["policy.example.com/team"] = "a"  # another manager's label
+    stored["metadata"]["annotations"]["sidecar.example.com/injected"] = "true"
+    del desired["metadata"]["labels"]["dropped-later"]
+    assert w.ensure(desired, stored, OWNER.uid) is Outcome.PATCHED
+    labels, annotations = stored["metadata"]["labels"], stored["metadata"]["annotations"]
+    assert "dropped-later" not in labels
+    assert labels["policy.example.com/team"] == "a" and annotations["sidecar.example.com/injected"] == "true"
+    assert fake.calls[-1].body["metadata"]["labels"] == desired["metadata"]["labels"]  # the render, whole
+
+
+def test_an_update_of_an_object_replaced_since_it_was_observed_writes_nothing() -> None:
+    """The uid in the apply is a precondition: an object deleted and created again under the name (by anyone)
+    is not the one observed, and the apply is refused instead of changing it."""
+    w, fake = writer()
+    desired = router_service()
+    w.ensure(desired, None, OWNER.uid)
+    observed = json.loads(json.dumps(fake.objects[("Service", "chat-router")]))
+    fake.objects[("Service", "chat-router")]["metadata"]["uid"] = "a-new-object"
+    changed = {**desired, "spec": {**desired["spec"], "ports": []}}
+    assert w.ensure(changed, observed, OWNER.uid) is Outcome.UNCHANGED
+    assert fake.objects[("Service", "chat-router")]["spec"] == desired["spec"]
 
 
 def test_an_object_the_cr_does_not_own_is_never_patched() -> None:
@@ -68,13 +101,25 @@ def test_an_object_the_cr_does_not_own_is_never_patched() -> None:
     assert fake.objects[("Service", "chat-router")]["metadata"]["ownerReferences"][0]["uid"] == "someone-else"
 
 
-def test_a_create_that_finds_a_foreign_object_reports_a_collision() -> None:
-    """The object appeared after the read (or the read missed it): 409, read again, and still not ours."""
+def test_pod_bookkeeping_applies_only_the_operators_annotations() -> None:
     w, fake = writer()
-    desired = router_service()
-    fake.put(foreign(desired))
-    assert w.ensure(desired, None, OWNER.uid) is Outcome.COLLISION
-    assert [c.verb for c in fake.writes()] == ["create"]  # the refused create; no patch
+    annotations = {"sglang.ai/warm": "true", "istio.io/rev": "1"}
+    meta = {"name": "p", "namespace": "team-a", "annotations": annotations}
+    pod = fake.put({"apiVersion": "v1", "kind": "Pod", "metadata": meta, "spec": {"containers": []}})
+    uid = pod["metadata"]["uid"]
+    w.annotate_pod("team-a", "p", uid, {"sglang.ai/warm": "false", "sglang.ai/draining-since": "2026-12-01T00:00:00Z"})
+    assert pod["metadata"]["annotations"] == {
+        "sglang.ai/warm": "false", "sglang.ai/draining-since": "2026-12-01T00:00:00Z", "istio.io/rev": "1"}  # fmt: skip
+    w.annotate_pod("team-a", "p", uid, {"sglang.ai/warm": "false"})  # removal: applied without the key
+    assert pod["metadata"]["annotations"] == {"sglang.ai/warm": "false", "istio.io/rev": "1"}
+    assert pod["spec"] == {"containers": []}  # the apply names metadata only
+    call = fake.applies("Pod")[-1]
+    assert set(call.body["metadata"]) == {"name", "namespace", "uid", "annotations"}
+    w.annotate_pod("team-a", "p", "another-pod", {})  # a pod of that name that is not the observed one: untouched
+    assert pod["metadata"]["annotations"]["sglang.ai/warm"] == "false"
+    w.annotate_pod("team-a", "gone", "uid-x", {"sglang.ai/warm": "false"})  # deleted meanwhile: nothing to do
+    assert ("Pod", "gone") not in fake.objects
+    assert w.expected.annotated["p"] == {} and "gone" in w.expected.annotated
 
 
 def test_stale_children_are_the_owned_ones_no_longer_rendered() -> None:

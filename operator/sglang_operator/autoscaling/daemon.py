@@ -1,16 +1,24 @@
-"""kopf wiring of the autoscaler: one daemon per SGLangDeployment with autoscaling enabled, one pass per interval.
+"""kopf wiring of the autoscaler: one coroutine per SGLangDeployment with autoscaling enabled, one pass per interval.
 
 A daemon rather than a fixed-interval timer, because each CR chooses its own `intervalSeconds`; kopf stops it when
-autoscaling is switched off or the CR is deleted.
+autoscaling is switched off or the CR is deleted. Like the reconcile loop, it holds no thread: each pass runs in the
+shared pool (`controller.workqueue`), from the CR's body kopf keeps current and the pods of the operator's pod
+index (no GET or LIST per pass).
 """
 
+import asyncio
+import functools
 import logging
+from collections.abc import Mapping
 from typing import Any
 
 import kopf
 
+from .. import metrics
 from ..api.constants import GROUP, PLURAL, VERSION
 from ..controller.kube import api_client
+from ..controller.state import PodKey, plain
+from ..controller.workqueue import backoff_seconds, run_in_pool
 from .loop import autoscale_once
 
 log = logging.getLogger(__name__)
@@ -21,17 +29,34 @@ def _enabled(spec: Any, **_: Any) -> bool:
 
 
 @kopf.daemon(GROUP, VERSION, PLURAL, when=_enabled, cancellation_timeout=10.0)
-def sgld_autoscale_loop(stopped: kopf.DaemonStopped, name: str, namespace: str | None, spec: Any, **_: Any) -> None:
+async def sgld_autoscale_loop(
+    stopped: kopf.DaemonStopped,
+    name: str,
+    namespace: str | None,
+    spec: Any,
+    body: kopf.Body,
+    **indexes: Any,
+) -> None:
+    """`indexes`: kopf hands every index to every handler by its function's name; this reads the pod index."""
     assert namespace is not None  # the CRD is namespaced
+    sgld_pods: Mapping[PodKey, Any] = indexes["sgld_pods"]
     api = api_client()
-    while not stopped:
-        try:
-            result = autoscale_once(api, namespace, name)
-            if result.decision is not None and result.wrote:
-                log.info("%s/%s autoscaler: %s", namespace, name, result.decision.reason)
-        except Exception:  # a failed pass holds the count; the next interval tries again
-            log.exception("autoscaling pass of %s/%s failed", namespace, name)
-        stopped.wait(interval_seconds(spec))
+    failures = 0
+    try:
+        while not stopped:
+            cr, pods = plain(body), [plain(pod) for pod in sgld_pods.get((namespace, name), ())]
+            try:
+                result = await run_in_pool(functools.partial(autoscale_once, api, namespace, name, body=cr, pods=pods))
+                failures = 0
+                if result.decision is not None and result.wrote:
+                    log.info("%s/%s autoscaler: %s", namespace, name, result.decision.reason)
+            except Exception:  # a failed pass holds the count; the next one tries again, backing off
+                failures += 1
+                log.exception("autoscaling pass of %s/%s failed", namespace, name)
+            interval = interval_seconds(spec)
+            await asyncio.sleep(min(interval, backoff_seconds(failures, interval)))
+    finally:
+        metrics.forget_deployment(namespace, name)
 
 
 MAX_INTERVAL_SECONDS = 3600.0

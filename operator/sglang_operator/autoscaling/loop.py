@@ -4,6 +4,11 @@ The autoscaler never writes `spec` (Git keeps owning it, so ArgoCD sees no drift
 `status.autoscaler.desiredReplicas`, unless `recommendOnly` makes that count a recommendation beside
 `spec.replicas`. The pass writes only when the decision or its memory changed, and uses the object's
 resourceVersion so it never overwrites a status the reconciler wrote in between.
+
+Status fields have one owner each: the autoscaler writes `autoscaler`, `qps` (the printer column, from its own
+observation) and the `MetricsAvailable` condition; the reconciler writes everything else. Conditions are one list
+in a merge patch, so each writer sends the list it read with only its own conditions changed, guarded by the
+resourceVersion: a list the other writer changed in between is never sent back.
 """
 
 import logging
@@ -15,11 +20,22 @@ from urllib.parse import urlsplit
 
 from kubernetes import client
 
-from ..api.constants import ANNOTATION_WARM, GROUP, LABEL_COMPONENT, LABEL_DEPLOYMENT, PLURAL, VERSION
+from .. import metrics
+from ..api.constants import (
+    ANNOTATION_WARM,
+    COMPONENT_WORKER,
+    GROUP,
+    LABEL_COMPONENT,
+    LABEL_DEPLOYMENT,
+    LABEL_REPLICA,
+    PLURAL,
+    VERSION,
+)
 from ..api.spec import AutoscalingSpec, PrometheusAuth, SGLangDeploymentSpec
 from ..api.validation import parse_spec
 from ..controller.apply import Writer
 from ..controller.kube import API_TIMEOUT
+from ..controller.observed import owned_by
 from ..controller.reconcile import desired_replicas
 from ..controller.status import condition, merge_conditions
 from ..settings import OperatorSettings, load_settings
@@ -44,8 +60,20 @@ def _fmt(value: float) -> str:
     return f"{value:.3g}" if abs(value) < 1000 else f"{value:.0f}"
 
 
+def _warm_ready(pod: dict[str, Any]) -> bool:
+    meta, status = pod.get("metadata") or {}, pod.get("status") or {}
+    return (meta.get("annotations") or {}).get(ANNOTATION_WARM) == "true" and any(
+        isinstance(c, dict) and c.get("type") == "Ready" and c.get("status") == "True"
+        for c in status.get("conditions") or []
+    )
+
+
 def fleet_state(
-    body: dict[str, Any], pods: list[Any], spec: SGLangDeploymentSpec, gpus_per_replica: int, concurrency: int
+    body: dict[str, Any],
+    pods: list[dict[str, Any]],
+    spec: SGLangDeploymentSpec,
+    gpus_per_replica: int,
+    concurrency: int,
 ) -> FleetState:
     """The fleet as the policy sees it. `desired` is the count the reconciler follows (`desired_replicas`, the one
     rule for who owns the count): the autoscaler's last decision when it owns the fleet, `spec.replicas` when it only
@@ -53,10 +81,7 @@ def fleet_state(
     status = body.get("status") or {}
     desired, _ = desired_replicas(spec, status)
     warm_ready = {
-        (pod.metadata.labels or {}).get("sglang.ai/replica")
-        for pod in pods
-        if (pod.metadata.annotations or {}).get(ANNOTATION_WARM) == "true"
-        and any(c.type == "Ready" and c.status == "True" for c in (pod.status.conditions or []))
+        ((pod.get("metadata") or {}).get("labels") or {}).get(LABEL_REPLICA) for pod in pods if _warm_ready(pod)
     }
     ready = int(status.get("readyReplicas") or 0)
     serving = int(status.get("replicas") or 0)
@@ -91,24 +116,36 @@ def autoscaler_status(
     }
 
 
-def autoscale_once(api: client.ApiClient, namespace: str, name: str, now: datetime | None = None) -> AutoscalePass:
-    custom = client.CustomObjectsApi(api)
-    body: dict[str, Any] = custom.get_namespaced_custom_object(
-        GROUP, VERSION, namespace, PLURAL, name, _request_timeout=API_TIMEOUT
-    )
+def autoscale_once(
+    api: client.ApiClient,
+    namespace: str,
+    name: str,
+    now: datetime | None = None,
+    body: dict[str, Any] | None = None,
+    pods: list[dict[str, Any]] | None = None,
+) -> AutoscalePass:
+    """One pass. `body` and `pods`: the CR and its pods from the operator's watch caches (the daemon passes them);
+    read from the API when not given."""
+    if body is None:
+        custom = client.CustomObjectsApi(api)
+        body = dict(custom.get_namespaced_custom_object(
+            GROUP, VERSION, namespace, PLURAL, name, _request_timeout=API_TIMEOUT))  # fmt: skip
     spec, _ = parse_spec(body.get("spec"))
     if spec is None or not spec.autoscaling.enabled:
         return AutoscalePass(None, False)
     now = now or datetime.now(UTC)
     shape = topology(spec)
-    selector = f"{LABEL_DEPLOYMENT}={name},{LABEL_COMPONENT}=worker"
     core = client.CoreV1Api(api)
     uid = body["metadata"]["uid"]
+    if pods is None:
+        selector = f"{LABEL_DEPLOYMENT}={name}"
+        listed = core.list_namespaced_pod(namespace, label_selector=selector, _request_timeout=API_TIMEOUT).items
+        pods = [dict(api.sanitize_for_serialization(pod)) for pod in listed]
     pods = [
-        pod
-        for pod in core.list_namespaced_pod(namespace, label_selector=selector, _request_timeout=API_TIMEOUT).items
-        if any(ref.uid == uid and ref.controller for ref in pod.metadata.owner_references or [])
-    ]
+        pod for pod in pods
+        if ((pod.get("metadata") or {}).get("labels") or {}).get(LABEL_COMPONENT) == COMPONENT_WORKER
+        and owned_by(pod, uid)
+    ]  # fmt: skip
     recommend_only = spec.autoscaling.recommend_only
     current = fleet_state(body, pods, spec, shape.gpus_per_replica, shape.concurrency_per_replica)
     previous_status = body.get("status") or {}
@@ -116,9 +153,10 @@ def autoscale_once(api: client.ApiClient, namespace: str, name: str, now: dateti
     samples, error = read_metrics(core, namespace, name, spec.autoscaling, now.timestamp())
     history = history_from_state(previous.get("state"))
     decision = decide(current, samples, spec.autoscaling, history, now.timestamp())
+    metrics.autoscaler_decided(namespace, name, decision.replicas, decision.mode)
     new = autoscaler_status(previous, decision, now, recommend_only)
     generation = int(body["metadata"].get("generation") or 0)
-    metrics = condition(
+    available = condition(
         "MetricsAvailable",
         decision.metrics_available,
         "MetricsFresh" if decision.metrics_available else "MetricsUnavailable",
@@ -126,11 +164,12 @@ def autoscale_once(api: client.ApiClient, namespace: str, name: str, now: dateti
         generation,
         now.strftime("%Y-%m-%dT%H:%M:%SZ"),
     )
-    conditions = merge_conditions(list(previous_status.get("conditions") or []), [metrics])
-    if new == previous and conditions == previous_status.get("conditions"):
+    conditions = merge_conditions(list(previous_status.get("conditions") or []), [available])
+    qps = new["observed"].get("qps")
+    if new == previous and conditions == previous_status.get("conditions") and qps == previous_status.get("qps"):
         return AutoscalePass(decision, False)
     writer = Writer(api)
-    status = {"autoscaler": new, "conditions": conditions}
+    status = {"autoscaler": new, "conditions": conditions, "qps": qps}
     if not writer.patch_status(namespace, name, status, body["metadata"]["resourceVersion"]):
         return AutoscalePass(decision, False)  # the reconciler wrote status in between: decide again next interval
     if decision.replicas != previous.get("desiredReplicas"):

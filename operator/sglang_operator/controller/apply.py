@@ -1,7 +1,11 @@
 """The only module that writes to the API server. Every write goes through `Writer`, which counts them.
 
-Children other than pods are compared by the hash of their rendered form (kept in an annotation), so an unchanged
-child is never patched; pods are immutable and are only created, annotated or deleted.
+Children other than pods are written with server-side apply, field manager `sglang-operator`, forced: the rendered
+object is applied whole, so a field the render no longer has is removed, and fields other managers set (an injected
+sidecar, a policy engine's label) stay. They are compared by the hash of their rendered form (kept in an
+annotation), so an unchanged child is never written. Pods are created (same field manager) and deleted, never
+changed, except their bookkeeping annotations (`draining-since`, `warm`), which are applied alone by the same
+manager: only those keys, on that very pod (its uid is the apply's precondition).
 
 Ownership: a child is the operator's only when it carries a controller ownerReference to the CR's uid. An object of a
 child's name without one (another team's Service, something left from a CR of the same name) is a name collision:
@@ -26,8 +30,9 @@ from kubernetes.client.exceptions import ApiException
 
 from .. import names
 from ..api.constants import ANNOTATION_SPEC_HASH, GROUP, KIND, PLURAL, VERSION
-from .kube import API_TIMEOUT
+from .kube import API_TIMEOUT, FIELD_MANAGER
 from .observed import owned_by
+from .state import Expectations
 
 log = logging.getLogger(__name__)
 
@@ -97,6 +102,10 @@ class KindUnavailable(Exception):
     """The API server does not serve the kind (a PodMonitor without prometheus-operator's CRD)."""
 
 
+APPLY = {"field_manager": FIELD_MANAGER, "force": True, "_content_type": "application/apply-patch+yaml"}
+"""Keyword arguments of a server-side apply (a JSON body is valid YAML, so the client sends the dict as is)."""
+
+
 class Writer:
     def __init__(self, api: client.ApiClient) -> None:
         self.api = api
@@ -105,6 +114,8 @@ class Writer:
         self.networking = client.NetworkingV1Api(api)
         self.custom = client.CustomObjectsApi(api)
         self.writes: Counter[str] = Counter()
+        self.expected = Expectations()
+        """The pod writes since the reconciler last reset it (one pass's), for the next pass to wait for."""
 
     def _count(self, verb: str) -> None:
         self.writes[verb] += 1
@@ -112,28 +123,40 @@ class Writer:
     # -- pods --------------------------------------------------------------------------------------------------
     def create_pod(self, pod: dict[str, Any]) -> None:
         self._count("create_pod")
+        self.expected.created.add(pod["metadata"]["name"])
         try:
-            self.core.create_namespaced_pod(pod["metadata"]["namespace"], pod, _request_timeout=API_TIMEOUT)
+            self.core.create_namespaced_pod(
+                pod["metadata"]["namespace"], pod, field_manager=FIELD_MANAGER, _request_timeout=API_TIMEOUT
+            )
         except ApiException as exc:
             if exc.status != 409:  # already created by an earlier, interrupted pass
                 raise
 
     def delete_pod(self, namespace: str, name: str) -> None:
         self._count("delete_pod")
+        self.expected.deleted.add(name)
         try:
             self.core.delete_namespaced_pod(name, namespace, _request_timeout=API_TIMEOUT)
         except ApiException as exc:
             if exc.status != 404:
                 raise
 
-    def annotate_pod(self, namespace: str, name: str, annotations: dict[str, str | None]) -> None:
+    def annotate_pod(self, namespace: str, name: str, uid: str | None, annotations: dict[str, str]) -> None:
+        """Apply the operator's bookkeeping annotations of one pod: exactly `annotations` (a key the operator applied
+        before and leaves out is removed; keys others set stay). The uid makes sure it is that pod, not one created
+        under its name since: a replaced or deleted pod is left alone."""
         self._count("annotate_pod")
+        self.expected.annotated[name] = dict(annotations)
+        meta: dict[str, Any] = {"name": name, "namespace": namespace, "annotations": dict(annotations)}
+        if uid:
+            meta["uid"] = uid
         try:
             self.core.patch_namespaced_pod(
-                name, namespace, {"metadata": {"annotations": annotations}}, _request_timeout=API_TIMEOUT
-            )
+                name, namespace, {"apiVersion": "v1", "kind": "Pod", "metadata": meta},
+                _request_timeout=API_TIMEOUT, **APPLY,
+            )  # fmt: skip
         except ApiException as exc:
-            if exc.status != 404:
+            if exc.status not in (404, 409):  # gone, or another pod of that name now
                 raise
 
     # -- other children ----------------------------------------------------------------------------------------
@@ -176,34 +199,47 @@ class Writer:
             raise
         return obj if isinstance(obj, dict) else dict(self.api.sanitize_for_serialization(obj))
 
-    def ensure(self, desired: dict[str, Any], observed: dict[str, Any] | None, owner_uid: str) -> Outcome:
-        """Create the child, or patch it when its rendered hash differs, but only if the CR `owner_uid` owns it.
+    def apply(self, stamped: dict[str, Any], uid: str | None) -> None:
+        """Server-side apply of a rendered child; `uid`: the live object's, a precondition (None to create)."""
+        ref = ChildRef.of(stamped)
+        body = json.loads(json.dumps(stamped))
+        if uid:
+            body["metadata"]["uid"] = uid
+        try:
+            self._verbs(ref)["patch"](
+                ref.name, body["metadata"]["namespace"], body, _request_timeout=API_TIMEOUT, **APPLY
+            )
+        except ApiException as exc:
+            if exc.status == 404 and _kind_missing(exc):
+                raise KindUnavailable(f"{ref.kind} ({ref.api_version}) is not served by this cluster") from exc
+            raise
 
-        A create answered 409 means an object of that name appeared since it was read: it is read again and
-        patched only if owned."""
+    def ensure(self, desired: dict[str, Any], observed: dict[str, Any] | None, owner_uid: str) -> Outcome:
+        """Apply the child when it is absent, or when it is the CR's own and its rendered hash differs.
+
+        An object of that name that the CR `owner_uid` does not own is never written. An update carries the live
+        object's uid, so the apply changes that very object; a create carries the CR's controller reference, which
+        the API server refuses on an object another controller owns. (Between the watch and the create an object
+        without any controller could appear under the name; the create would then take it over.)"""
         ref = ChildRef.of(desired)
-        namespace = desired["metadata"]["namespace"]
         stamped = with_hash(desired)
         wanted = stamped["metadata"]["annotations"][ANNOTATION_SPEC_HASH]
-        verbs = self._verbs(ref)
         if observed is None:
             self._count(f"create_{ref.kind.lower()}")
-            try:
-                verbs["create"](namespace, stamped, _request_timeout=API_TIMEOUT)
-                return Outcome.CREATED
-            except ApiException as exc:
-                if exc.status != 409:
-                    raise
-            observed = self.read(ref, namespace)
-            if observed is None:  # deleted again in between: the next pass creates it
-                return Outcome.UNCHANGED
+            self.apply(stamped, None)
+            return Outcome.CREATED
         if not owned_by(observed, owner_uid):
             return Outcome.COLLISION
         current = ((observed.get("metadata") or {}).get("annotations") or {}).get(ANNOTATION_SPEC_HASH)
         if current == wanted:
             return Outcome.UNCHANGED
         self._count(f"patch_{ref.kind.lower()}")
-        verbs["patch"](ref.name, namespace, stamped, _request_timeout=API_TIMEOUT)
+        try:
+            self.apply(stamped, (observed.get("metadata") or {}).get("uid"))
+        except ApiException as exc:
+            if exc.status != 409:  # 409: replaced since it was observed; the next pass sees the new one
+                raise
+            return Outcome.UNCHANGED
         return Outcome.PATCHED
 
     def delete_child(self, ref: ChildRef, namespace: str, observed: dict[str, Any]) -> None:

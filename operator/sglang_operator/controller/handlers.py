@@ -1,53 +1,73 @@
-"""kopf wiring, kept thin: one daemon per SGLangDeployment runs the reconcile loop; child events only wake it.
+"""kopf wiring, kept thin: watch caches (indexes), one coroutine per SGLangDeployment, passes in one shared pool.
 
-The daemon is the single writer for its CR (kopf serialises nothing across handlers, so there is exactly one loop
-per object), it resyncs every few seconds even when no event arrives, and it wakes at once on any event of a
-child pod, so registration follows readiness within a second.
+- **Indexes** (`@kopf.index`): the operator's pods (label `sglang.ai/deployment`, workers and routers alike) by
+  (namespace, deployment), and every Service, Deployment, NetworkPolicy and PodMonitor of the watched namespaces by
+  (namespace, kind, name), trimmed to identity, owners and render hash. A pass reads a snapshot of them, so with
+  nothing changing it sends no request to the API server. kopf starts the daemons only once the indexes are filled.
+- **One coroutine per CR** (`sgld_reconcile_loop`, async): it holds no thread while it waits. It takes a snapshot
+  on the event loop and runs the pass in the shared pool (`workqueue.run_in_pool`), so passes of one CR never
+  overlap and all CRs together use at most the pool's threads. A good pass is followed by the next after the resync
+  period, a failed one after an exponential back-off; a pod event or a spec change wakes the loop at once.
+- The daemon gets the CR's body from kopf (a live view kopf keeps current from its watch): no GET of the CR per pass.
 """
 
+import asyncio
+import contextlib
+import functools
 import logging
-import threading
+import time
 from collections.abc import Mapping
 from typing import Any
 
 import kopf
 
 from ..api.constants import GROUP, LABEL_DEPLOYMENT, PLURAL, VERSION
+from .apply import possible_children
 from .kube import api_client
-from .reconcile import Reconciler
+from .reconcile import PassResult, Reconciler
+from .state import (
+    EXPECTATION_TIMEOUT_SECONDS,
+    ChildKey,
+    Expectations,
+    PodKey,
+    plain,
+    pod_key,
+    take_snapshot,
+    trim_child,
+    unmet,
+)
+from .workqueue import backoff_seconds, pool_size, resync_seconds, run_in_pool
 
-RESYNC_SECONDS = 5.0
 log = logging.getLogger(__name__)
+EXPECTATION_POLL_SECONDS = 1.0
+"""While a loop waits for the watch to show its last writes, it looks again this often (a pod event wakes it
+sooner)."""
 
-_wakeups: dict[tuple[str, str], threading.Event] = {}
-_wakeups_lock = threading.Lock()
-
-
-def _register(namespace: str, name: str) -> threading.Event:
-    with _wakeups_lock:
-        return _wakeups.setdefault((namespace, name), threading.Event())
+_wakeups: dict[tuple[str, str], asyncio.Event] = {}
 
 
-def _unregister(namespace: str, name: str, event: threading.Event) -> None:
+def _register(namespace: str, name: str) -> asyncio.Event:
+    return _wakeups.setdefault((namespace, name), asyncio.Event())
+
+
+def _unregister(namespace: str, name: str, event: asyncio.Event) -> None:
     """The daemon is gone (kopf stops it when the CR is deleted, or the operator stops): its entry goes too, so the
     map holds running loops only. Only its own entry: a CR deleted and created again under the same name may have
-    registered a new loop already."""
-    with _wakeups_lock:
-        if _wakeups.get((namespace, name)) is event:
-            del _wakeups[(namespace, name)]
+    registered a new loop already. (Everything here runs on the event loop: no lock.)"""
+    if _wakeups.get((namespace, name)) is event:
+        del _wakeups[(namespace, name)]
 
 
 def _wake(namespace: str, name: str) -> None:
     """Wake the CR's loop if it runs. Events never add entries: a pod of a deleted CR (or any pod carrying the
     label) must not grow the map."""
-    with _wakeups_lock:
-        event = _wakeups.get((namespace, name))
+    event = _wakeups.get((namespace, name))
     if event is not None:
         event.set()
 
 
 @kopf.on.startup()
-def configure(settings: kopf.OperatorSettings, **_: Any) -> None:
+async def configure(settings: kopf.OperatorSettings, **_: Any) -> None:
     settings.persistence.finalizer = f"{GROUP}/operator"
     settings.persistence.progress_storage = kopf.AnnotationsProgressStorage(prefix=GROUP)
     settings.persistence.diffbase_storage = kopf.AnnotationsDiffBaseStorage(prefix=GROUP, key="last-handled")
@@ -55,35 +75,122 @@ def configure(settings: kopf.OperatorSettings, **_: Any) -> None:
     settings.watching.server_timeout = 60
     settings.watching.client_timeout = 90
     settings.networking.request_timeout = 30
+    # Every handler here is async; kopf's executor serves only what remains sync (none of ours). Sized anyway, so
+    # that nothing sync added later can grow threads with the number of CRs.
+    settings.execution.max_workers = pool_size()
 
 
+# -- indexes -----------------------------------------------------------------------------------------------------
+@kopf.index("", "v1", "pods", labels={LABEL_DEPLOYMENT: kopf.PRESENT})
+async def sgld_pods(namespace: str | None, labels: Mapping[str, str], body: kopf.Body, **_: Any) -> Any:
+    key = pod_key(namespace, labels)
+    return None if key is None else {key: plain(body)}
+
+
+def _child_index(namespace: str | None, name: str | None, body: kopf.Body) -> Any:
+    if not namespace or not name:
+        return None
+    return {(namespace, str(body.get("kind")), name): trim_child(body)}
+
+
+@kopf.index("", "v1", "services")
+async def sgld_services(namespace: str | None, name: str | None, body: kopf.Body, **_: Any) -> Any:
+    return _child_index(namespace, name, body)
+
+
+@kopf.index("apps", "v1", "deployments")
+async def sgld_deployments(namespace: str | None, name: str | None, body: kopf.Body, **_: Any) -> Any:
+    return _child_index(namespace, name, body)
+
+
+@kopf.index("networking.k8s.io", "v1", "networkpolicies")
+async def sgld_networkpolicies(namespace: str | None, name: str | None, body: kopf.Body, **_: Any) -> Any:
+    return _child_index(namespace, name, body)
+
+
+@kopf.index("monitoring.coreos.com", "v1", "podmonitors")
+async def sgld_podmonitors(namespace: str | None, name: str | None, body: kopf.Body, **_: Any) -> Any:
+    return _child_index(namespace, name, body)
+
+
+class _Children(Mapping[ChildKey, Any]):
+    """The four child indexes as one mapping by (namespace, kind, name)."""
+
+    def __init__(self, indexes: Mapping[str, Mapping[ChildKey, Any]]) -> None:
+        self.indexes = indexes
+
+    def __getitem__(self, key: ChildKey) -> Any:
+        index = self.indexes.get(key[1])
+        if index is None or key not in index:
+            raise KeyError(key)
+        return index[key]
+
+    def __iter__(self) -> Any:
+        return (key for index in self.indexes.values() for key in index)
+
+    def __len__(self) -> int:
+        return sum(len(index) for index in self.indexes.values())
+
+
+def children_view(**indexes: Any) -> _Children:
+    return _Children({
+        "Service": indexes["sgld_services"], "Deployment": indexes["sgld_deployments"],
+        "NetworkPolicy": indexes["sgld_networkpolicies"], "PodMonitor": indexes["sgld_podmonitors"],
+    })  # fmt: skip
+
+
+# -- the loop ------------------------------------------------------------------------------------------------------
 @kopf.daemon(GROUP, VERSION, PLURAL, cancellation_timeout=10.0)
-def sgld_reconcile_loop(stopped: kopf.DaemonStopped, name: str, namespace: str | None, **_: Any) -> None:
+async def sgld_reconcile_loop(
+    stopped: kopf.DaemonStopped,
+    name: str,
+    namespace: str | None,
+    body: kopf.Body,
+    **indexes: Any,
+) -> None:
+    """`indexes`: kopf hands every index to every handler by its function's name."""
     assert namespace is not None  # the CRD is namespaced
     reconciler = Reconciler(api_client())
+    sgld_pods: Mapping[PodKey, Any] = indexes["sgld_pods"]
+    children = children_view(**indexes)
+    child_names = [(ref.kind, ref.name) for ref in possible_children(name)]
     wake = _register(namespace, name)
+    failures = 0
+    expected = Expectations()
     try:
         while not stopped:
             wake.clear()
+            snapshot = take_snapshot(body, sgld_pods, children, child_names)
+            pending = unmet(expected, snapshot.pods or [])
+            if pending and time.monotonic() - expected.since < EXPECTATION_TIMEOUT_SECONDS:
+                # The watch has not shown this loop's last pod writes yet: planning now would repeat them.
+                await _sleep_or_wake(wake, EXPECTATION_POLL_SECONDS)
+                continue
             try:
-                result = reconciler.reconcile(namespace, name)
-                if result.writes:
-                    log.info("%s/%s: %s", namespace, name, result.writes)
-            except Exception:  # a failed pass is retried on the next one; the loop itself must survive
+                result: PassResult = await run_in_pool(functools.partial(reconciler.run, snapshot))
+            except Exception:  # a bug outside the pass's own error handling: the loop must survive
                 log.exception("reconcile of %s/%s failed", namespace, name)
-            deadline_left = RESYNC_SECONDS
-            while deadline_left > 0 and not stopped and not wake.is_set():
-                wake.wait(0.25)
-                deadline_left -= 0.25
+                result = PassResult(failed=True)
+            if result.writes:
+                log.info("%s/%s: %s", namespace, name, result.writes)
+            expected = result.expected
+            failures = failures + 1 if result.failed else 0
+            await _sleep_or_wake(wake, backoff_seconds(failures, resync_seconds()))
     finally:
         _unregister(namespace, name, wake)
 
 
+async def _sleep_or_wake(wake: asyncio.Event, seconds: float) -> None:
+    """Wait `seconds`, or less when the loop is woken. kopf cancels the coroutine to stop it."""
+    with contextlib.suppress(TimeoutError):
+        await asyncio.wait_for(wake.wait(), timeout=seconds)
+
+
 @kopf.on.update(GROUP, VERSION, PLURAL, field="spec")
-def sgld_spec_changed(name: str, namespace: str | None, **_: Any) -> None:
+async def sgld_spec_changed(name: str, namespace: str | None, **_: Any) -> None:
     _wake(namespace or "", name)
 
 
 @kopf.on.event("", "v1", "pods", labels={LABEL_DEPLOYMENT: kopf.PRESENT})
-def pod_changed(labels: Mapping[str, str], namespace: str | None, **_: Any) -> None:
+async def pod_changed(labels: Mapping[str, str], namespace: str | None, **_: Any) -> None:
     _wake(namespace or "", labels[LABEL_DEPLOYMENT])

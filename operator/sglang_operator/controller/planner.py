@@ -49,6 +49,8 @@ class Plan:
     delete: list[int] = field(default_factory=list)
     events: list[Event] = field(default_factory=list)
     """Events of everything but the drains, whose event follows `drain` (see `drain_event`)."""
+    finished_drains: dict[int, bool] = field(default_factory=dict)
+    """Draining replicas deleted by this plan -> whether their drain timed out (else: drained)."""
     drain_reason: str = ""
     drain_message: str = ""
     """The drain event's message, with `{replicas}` for the replicas that start draining."""
@@ -145,6 +147,7 @@ def _plan_unbounded(
         drained = replica.index in deregistered and loads.get(replica.index) == 0 and settled
         if drained or now - since >= targets.strategy.drain_timeout_seconds:
             plan.delete.append(replica.index)
+            plan.finished_drains[replica.index] = not drained
             how = "drained" if drained else f"drain timed out after {targets.strategy.drain_timeout_seconds}s"
             if not drained and replica.index in unknown_loads:
                 how += f" (in-flight requests unknown: {unknown_loads[replica.index]})"

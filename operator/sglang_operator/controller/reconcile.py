@@ -1,7 +1,9 @@
 """One idempotent reconcile pass: parse -> check policy -> children -> observe -> plan -> apply -> routers -> status.
 
-Level-based: everything is read from the cluster (and the routers) on every pass, nothing needed for correctness
-lives in memory, and a pass with nothing to change writes nothing.
+Level-based: everything is read from the cluster's state (and the routers) on every pass, nothing needed for
+correctness lives in memory, and a pass with nothing to change writes nothing. The state comes as a `Snapshot`:
+from the operator's watch caches when the daemon runs the pass (no request to the API server), or read from the API
+by `reconcile(namespace, name)` (tests, one-off runs).
 
 Errors are status (like kuberay's `reconcileFuncs`): the pass runs step by step, each inside `_step`; the first
 step that fails stops the pass, and `Degraded` says which step failed and what the API answered (reason ReconcileError),
@@ -12,6 +14,7 @@ cluster does not serve are problems of the same kind that do not stop the pass.
 import base64
 import binascii
 import logging
+import time
 from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass, field
@@ -21,7 +24,7 @@ from typing import Any
 from kubernetes import client
 from kubernetes.client.exceptions import ApiException
 
-from .. import names
+from .. import metrics, names
 from ..api.constants import (
     ANNOTATION_DRAINING,
     ANNOTATION_WARM,
@@ -43,7 +46,9 @@ from .loads import fetch_in_flight
 from .observed import ReplicaView, group_replicas, owned_by
 from .planner import BURST_PODS, Plan, Targets, plan_replicas
 from .routers import observe_routers, sync_routers
+from .state import KINDS, SECRETS, Expectations, Snapshot, TtlCache
 from .status import (
+    PROBLEM_REASONS,
     Problem,
     RouterObservation,
     compute_status,
@@ -62,6 +67,10 @@ class PassResult:
     plan: Plan | None = None
     writes: dict[str, int] = field(default_factory=dict)
     status: dict[str, Any] = field(default_factory=dict)
+    failed: bool = False
+    """A step failed: the loop retries with back-off instead of on the resync period."""
+    expected: Expectations = field(default_factory=Expectations)
+    """The pod writes of this pass, which the next pass waits to see in the watch."""
 
 
 class StepFailed(Exception):
@@ -115,10 +124,6 @@ def _absent(replicas: list[ReplicaView], listed: set[str]) -> frozenset[int]:
     return frozenset(r.index for r in replicas if r.url is None or r.url not in listed)
 
 
-def _selector(name: str, component: str) -> str:
-    return f"{LABEL_DEPLOYMENT}={name},{LABEL_COMPONENT}={component}"
-
-
 def _router_pod_of(pod: dict[str, Any], deployment: str) -> bool:
     """A pod of the CR's router Deployment: controlled by one of its ReplicaSets (named `<router>-<hash>`). Labels
     alone would let any pod of the namespace receive the router's API key and membership calls."""
@@ -131,13 +136,23 @@ def _router_pod_of(pod: dict[str, Any], deployment: str) -> bool:
 
 
 class Reconciler:
-    def __init__(self, api: client.ApiClient, settings: OperatorSettings | None = None) -> None:
+    def __init__(
+        self,
+        api: client.ApiClient,
+        settings: OperatorSettings | None = None,
+        secrets: TtlCache | None = None,
+        kinds: TtlCache | None = None,
+    ) -> None:
+        """`secrets`, `kinds`: the caches of Secrets and of served kinds (the process-wide ones by default)."""
         self.api = api
         self.core = client.CoreV1Api(api)
         self.apps = client.AppsV1Api(api)
         self.custom = client.CustomObjectsApi(api)
         self.writer = Writer(api)
         self.settings = settings if settings is not None else load_settings()
+        self.secrets = secrets if secrets is not None else SECRETS
+        self.kinds = kinds if kinds is not None else KINDS
+        self._snapshot = Snapshot(body={}, pods=[])
 
     # -- reads -------------------------------------------------------------------------------------------------
     def _get(self, reader: Any, *args: Any) -> dict[str, Any] | None:
@@ -148,17 +163,30 @@ class Reconciler:
                 return None
             raise
 
-    def _pods(self, namespace: str, name: str, component: str) -> list[dict[str, Any]]:
-        pods = self.core.list_namespaced_pod(
-            namespace, label_selector=_selector(name, component), _request_timeout=API_TIMEOUT
-        )
-        return [dict(self.api.sanitize_for_serialization(pod)) for pod in pods.items]
+    def _pods(self, component: str) -> list[dict[str, Any]]:
+        """The snapshot's pods of one component (workers or routers); listed from the API, once per pass, when the
+        snapshot holds none (`Snapshot.pods` None)."""
+        if self._snapshot.pods is None:
+            meta = self._snapshot.body["metadata"]
+            listed = self.core.list_namespaced_pod(
+                meta["namespace"], label_selector=f"{LABEL_DEPLOYMENT}={meta['name']}", _request_timeout=API_TIMEOUT
+            )
+            pods = [dict(self.api.sanitize_for_serialization(pod)) for pod in listed.items]
+            self._snapshot = Snapshot(body=self._snapshot.body, pods=pods, children=self._snapshot.children)
+        return [
+            pod for pod in self._snapshot.pods or []
+            if ((pod.get("metadata") or {}).get("labels") or {}).get(LABEL_COMPONENT) == component
+        ]  # fmt: skip
 
     def _secret_text(self, ref: SecretKeyRef | None, namespace: str, what: str) -> str | None:
-        """A key of a Secret of the CR's namespace that the CR names (the router's or the workers' API key)."""
+        """A key of a Secret of the CR's namespace that the CR names (the router's or the workers' API key). Read
+        only by passes that need it, and kept for `state.SECRET_TTL_SECONDS`: a rotated key is used within a minute,
+        and a quiet fleet costs one GET per Secret per minute, not one per pass."""
         if ref is None:
             return None
-        secret = self._get(self.core.read_namespaced_secret, ref.name, namespace)
+        secret = self.secrets.get(
+            (namespace, ref.name), lambda: self._get(self.core.read_namespaced_secret, ref.name, namespace)
+        )
         encoded = ((secret or {}).get("data") or {}).get(ref.key)
         if not encoded:
             return None
@@ -170,8 +198,30 @@ class Reconciler:
 
     # -- the pass ----------------------------------------------------------------------------------------------
     def reconcile(self, namespace: str, name: str) -> PassResult:
+        """One pass from state read from the API server (the CR, then its pods and children as the pass goes)."""
         body = self._get(self.custom.get_namespaced_custom_object, GROUP, VERSION, namespace, PLURAL, name)
-        if body is None or body["metadata"].get("deletionTimestamp"):
+        return PassResult() if body is None else self.run(Snapshot(body=body, pods=None))
+
+    def run(self, snapshot: Snapshot) -> PassResult:
+        """One pass over `snapshot`, timed and counted in the operator's metrics by result."""
+        started = time.monotonic()
+        result = PassResult()
+        outcome = "error"
+        try:
+            result = self._run(snapshot)
+            outcome = "error" if result.failed else "invalid" if result.plan is None and result.status else "ok"
+            return result
+        finally:
+            metrics.observe_pass(time.monotonic() - started, outcome)
+            for reason in _problem_reasons(result.status):
+                metrics.count_error(reason)
+
+    def _run(self, snapshot: Snapshot) -> PassResult:
+        self._snapshot = snapshot
+        self.writer.expected = Expectations(since=time.monotonic())
+        body = snapshot.body
+        namespace, name = body["metadata"]["namespace"], body["metadata"]["name"]
+        if body["metadata"].get("deletionTimestamp"):
             return PassResult()
         stamp = datetime.now(UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
         generation = int(body["metadata"].get("generation") or 0)
@@ -191,7 +241,7 @@ class Reconciler:
             message = str(exc) if isinstance(exc, StepFailed) else describe_failure("reconciling", exc)
             status = failed_pass_status(previous, Problem("ReconcileError", message), generation, stamp)
             self._write_status(body, previous, status)
-            return PassResult(status=status, writes=self._delta(before))
+            return PassResult(status=status, writes=self._delta(before), failed=True, expected=self.writer.expected)
 
     def _refuse(self, body: dict[str, Any], reason: str, message: str, before: dict[str, int]) -> PassResult:
         """A spec the operator will not act on: no child is written; Ready=False says why, with one event."""
@@ -207,19 +257,22 @@ class Reconciler:
             self.writer.event(body, reason, message, warning=True)
         return PassResult(status=status, writes=self._delta(before))
 
-    def _write_status(self, body: dict[str, Any], previous: dict[str, Any], status: dict[str, Any]) -> None:
-        """One status patch when anything changed, and one Warning event when a new problem appeared."""
+    def _write_status(self, body: dict[str, Any], previous: dict[str, Any], status: dict[str, Any]) -> bool:
+        """One status patch when anything changed, and one Warning event when a new problem appeared. True when
+        status was written: events that say a status changed are posted only then (a patch refused because the
+        snapshot was older than the object posts nothing; the next pass sees the newer one)."""
         meta = body["metadata"]
         if not status_changed(previous, status):
-            return
+            return False
         try:
             written = self.writer.patch_status(meta["namespace"], meta["name"], status, meta["resourceVersion"])
         except Exception as exc:  # nothing else can report it: the log does, and the next pass tries again
             log.warning("%s/%s: status not written: %s", meta["namespace"], meta["name"], describe_failure("", exc))
-            return
+            return False
         problem = problem_event(previous, status) if written else None
         if problem is not None:
             self.writer.event(body, problem.reason, problem.message, warning=True)
+        return written
 
     def _children(self, spec: SGLangDeploymentSpec, owner: Owner) -> list[Problem]:
         """Write the rendered children the CR owns (or may create), delete the owned ones no longer rendered, and
@@ -229,7 +282,14 @@ class Reconciler:
         wanted = {ChildRef.of(child) for child in rendered}
         observed: dict[ChildRef, dict[str, Any]] = {}
         unserved: set[tuple[str, str]] = set()
-        for ref in possible_children(owner.name):
+        watched = self._snapshot.children
+        if watched is not None:  # from the watch: only a kind that may not be served costs a (cached) read
+            for ref in possible_children(owner.name):
+                if (ref.kind, ref.name) in watched:
+                    observed[ref] = watched[(ref.kind, ref.name)]
+                elif ref in wanted and "/" in ref.api_version and not self._served(ref, owner.namespace):
+                    unserved.add((ref.api_version, ref.kind))
+        for ref in possible_children(owner.name) if watched is None else []:
             with _step(f"reading {ref}"):
                 try:
                     found = self.writer.read(ref, owner.namespace)
@@ -246,11 +306,15 @@ class Reconciler:
         for child in rendered:
             ref = ChildRef.of(child)
             if (ref.api_version, ref.kind) in unserved:
-                problems.append(Problem("ChildKindUnavailable", f"{ref} not created: this cluster does not serve "
-                                        f"{ref.kind} ({ref.api_version}); is its CRD installed?"))  # fmt: skip
+                problems.append(unserved_problem(ref))
                 continue
             with _step(f"applying {ref}"):
-                outcome = self.writer.ensure(child, observed.get(ref), owner.uid)
+                try:
+                    outcome = self.writer.ensure(child, observed.get(ref), owner.uid)
+                except KindUnavailable:
+                    self.kinds.forget((owner.namespace, ref.api_version, ref.kind))
+                    problems.append(unserved_problem(ref))
+                    continue
             if outcome is Outcome.COLLISION:
                 problems.append(Problem("NameCollision", f"{ref} exists and is not owned by this SGLangDeployment; "
                                         "left unchanged (rename or remove it)"))  # fmt: skip
@@ -261,6 +325,22 @@ class Reconciler:
                 self.writer.delete_child(ref, owner.namespace, observed[ref])
             log.info("%s/%s: deleted %s (no longer rendered)", owner.namespace, owner.name, ref)
         return sorted(problems, key=lambda p: (p.reason != "NameCollision", p.message))
+
+    def _served(self, ref: ChildRef, namespace: str) -> bool:
+        """Whether the API server serves the child's kind (a custom one: a PodMonitor needs its CRD). One GET of
+        the child, kept for `state.KIND_TTL_SECONDS` and shared by every CR of the namespace; an answer other than
+        "not served" counts as served (the apply then says what is wrong)."""
+
+        def read() -> bool:
+            try:
+                self.writer.read(ref, namespace)
+            except KindUnavailable:
+                return False
+            except ApiException:
+                return True
+            return True
+
+        return bool(self.kinds.get((namespace, ref.api_version, ref.kind), read))
 
     def _pass(self, body: dict[str, Any], spec: SGLangDeploymentSpec, before: dict[str, int]) -> PassResult:
         meta = body["metadata"]
@@ -275,20 +355,22 @@ class Reconciler:
         revision = revision_hash(spec)
         active, warm = desired_replicas(spec, previous)
         with _step("reading worker pods"):
-            pods = [pod for pod in self._pods(namespace, name, COMPONENT_WORKER) if owned_by(pod, owner.uid)]
+            pods = [pod for pod in self._pods(COMPONENT_WORKER) if owned_by(pod, owner.uid)]
         replicas = group_replicas(pods)
         serving = [r for r in replicas if r.draining_since is None and not r.warm]
         needs_loads = [r for r in replicas if r.draining_since is not None] + (
             serving if len(serving) > active or any(r.revision != revision for r in serving) else []
         )
         with _step("reading worker loads"):
-            worker_key = self._secret_text(spec.engine.api_key_secret_ref, namespace, "worker API key")
+            needs_key = bool(needs_loads) or spec.router.enabled  # the routers get it with each registration
+            worker_key = self._secret_text(spec.engine.api_key_secret_ref, namespace, "worker API key") if needs_key \
+                else None  # fmt: skip
             loads = fetch_in_flight(needs_loads, api_key=worker_key)
 
         routers = None
         if spec.router.enabled:
             with _step("reading router pods"):
-                router_pods = [p for p in self._pods(namespace, name, COMPONENT_ROUTER) if _router_pod_of(p, name)]
+                router_pods = [p for p in self._pods(COMPONENT_ROUTER) if _router_pod_of(p, name)]
                 api_key = self._secret_text(spec.router.api_key_secret_ref, namespace, "router API key")
             with _step("reading router worker lists"):
                 routers = observe_routers(router_pods, api_key, worker_api_key=worker_key)
@@ -323,18 +405,19 @@ class Reconciler:
 
         with _step("applying the replica plan"):
             self._apply_plan(spec, owner, revision, replicas, plan, stamp, body)
+        for index, timed_out in sorted(plan.finished_drains.items()):
+            since = by_index[index].draining_since
+            if index in plan.delete and since is not None:
+                metrics.drain_finished(max(0.0, now.timestamp() - since), timed_out)
         status = compute_status(
             name=name, namespace=namespace, generation=generation, spec=spec, desired=active, revision=revision,
             replicas=replicas, router=router_obs, failed_replicas=sum(r.failed for r in replicas),
             previous=previous, now=stamp, problems=problems,
         )  # fmt: skip
-        if router_obs.error and _degraded_changed(previous, status):
+        written = self._write_status(body, previous, status)
+        if written and router_obs.error and _degraded_changed(previous, status):
             self.writer.event(body, "RegistrationFailed", router_obs.error, warning=True)
-        qps = ((previous.get("autoscaler") or {}).get("observed") or {}).get("qps")
-        if qps is not None:
-            status["qps"] = qps
-        self._write_status(body, previous, status)
-        return PassResult(plan=plan, status=status, writes=self._delta(before))
+        return PassResult(plan=plan, status=status, writes=self._delta(before), expected=self.writer.expected)
 
     def _apply_plan(
         self,
@@ -347,15 +430,28 @@ class Reconciler:
         body: dict[str, Any],
     ) -> None:
         by_index = {r.index: r for r in replicas}
+        live = {(p.get("metadata") or {}).get("name"): p for p in self._snapshot.pods or []}
+
+        def bookkeeping(pod_name: str, change: dict[str, str]) -> None:
+            """Apply the pod's bookkeeping annotations as they are plus `change`: the apply names every key the
+            operator keeps on the pod, so none of the others is dropped."""
+            meta = (live.get(pod_name) or {}).get("metadata") or {}
+            current = meta.get("annotations") or {}
+            kept = {k: str(current[k]) for k in (ANNOTATION_DRAINING, ANNOTATION_WARM) if k in current}
+            self.writer.annotate_pod(owner.namespace, pod_name, meta.get("uid"), {**kept, **change})
+
         for index in plan.delete:
             for pod_name in by_index[index].pod_names:
                 self.writer.delete_pod(owner.namespace, pod_name)
         for index in plan.drain:
             for pod_name in by_index[index].pod_names:
-                self.writer.annotate_pod(owner.namespace, pod_name, {ANNOTATION_DRAINING: stamp})
+                bookkeeping(pod_name, {ANNOTATION_DRAINING: stamp})
+            metrics.drain_started()
         for index in plan.promote:
+            # "false", not a removed key: the pod was created with `warm: "true"`, a field of its create, which an
+            # apply can change but not drop.
             for pod_name in by_index[index].pod_names:
-                self.writer.annotate_pod(owner.namespace, pod_name, {ANNOTATION_WARM: None})
+                bookkeeping(pod_name, {ANNOTATION_WARM: "false"})
         for index, is_warm in [(i, False) for i in plan.create_active] + [(i, True) for i in plan.create_warm]:
             for pod in replica_pods(spec, owner, revision, index):
                 if is_warm:
@@ -368,6 +464,25 @@ class Reconciler:
     def _delta(self, before: dict[str, int]) -> dict[str, int]:
         return {verb: count - before.get(verb, 0) for verb, count in self.writer.writes.items()
                 if count != before.get(verb, 0)}  # fmt: skip
+
+
+def unserved_problem(ref: ChildRef) -> Problem:
+    return Problem(
+        "ChildKindUnavailable",
+        f"{ref} not created: this cluster does not serve {ref.kind} ({ref.api_version}); is its CRD installed?",
+    )
+
+
+def _problem_reasons(status: dict[str, Any]) -> list[str]:
+    """The reasons of the problems a pass's status reports (for the errors metric): Degraded's, or Ready's when the
+    spec was refused. Pure."""
+    reasons = []
+    for c in status.get("conditions") or []:
+        if c.get("type") == "Degraded" and c.get("status") == "True" and c.get("reason") in PROBLEM_REASONS:
+            reasons.append(str(c["reason"]))
+        if c.get("type") == "Ready" and c.get("reason") in ("InvalidSpec", "PolicyViolation"):
+            reasons.append(str(c["reason"]))
+    return reasons
 
 
 def _degraded_changed(previous: dict[str, Any], new: dict[str, Any]) -> bool:

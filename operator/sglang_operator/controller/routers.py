@@ -8,6 +8,7 @@ import time
 from dataclasses import dataclass, field
 from typing import Any
 
+from .. import metrics
 from ..router.client import DEFAULT_TIMEOUT_SECONDS, RouterClient, RouterError, RouterWorker
 from ..router.membership import plan_membership
 from .status import RouterObservation
@@ -116,14 +117,19 @@ def sync_routers(state: RouterState, desired_urls: list[str]) -> SyncResult:
             if plan.empty:
                 continue
             synced = False
+            operation = "deregister"
             try:
                 for worker in plan.remove:
                     routers[base_url].remove_worker(worker.id)
+                    metrics.count_router_operation(operation, ok=True)
                 if plan.remove:
                     removed[base_url] = plan.remove
+                operation = "register"
                 for url in plan.add:
                     routers[base_url].add_worker(url, state.worker_api_key)
+                    metrics.count_router_operation(operation, ok=True)
             except RouterError as exc:
+                metrics.count_router_operation(operation, ok=False)
                 failures.append(str(exc))
         if removed:
             unconfirmed = _still_routable(routers, removed)

@@ -1,0 +1,93 @@
+"""The one bounded pool every reconcile and autoscaling pass runs in, and the timing of the next pass.
+
+Each SGLangDeployment's loops are coroutines (they hold no thread while they wait); a pass itself is blocking I/O
+(the kubernetes client, `requests` to routers and workers) and runs in this pool, so the number of threads is fixed
+by `SGLANG_OPERATOR_WORKERS`, whatever the number of CRs. Passes beyond the pool's size wait in its queue; how many
+wait and for how long are the metrics `sglang_operator_workqueue_depth` and `..._wait_seconds`.
+"""
+
+import asyncio
+import functools
+import os
+import threading
+import time
+from collections.abc import Callable
+from concurrent.futures import ThreadPoolExecutor
+from typing import Final, TypeVar
+
+from .. import metrics
+
+WORKERS_ENV: Final = "SGLANG_OPERATOR_WORKERS"
+DEFAULT_WORKERS: Final = 8
+RESYNC_ENV: Final = "SGLANG_OPERATOR_RESYNC_SECONDS"
+DEFAULT_RESYNC_SECONDS: Final = 5.0
+BACKOFF_BASE_SECONDS: Final = 1.0
+BACKOFF_MAX_SECONDS: Final = 60.0
+
+T = TypeVar("T")
+
+
+def _positive(text: str | None, default: float, low: float, high: float) -> float:
+    try:
+        value = float(text) if text else default
+    except ValueError:
+        return default
+    return float(min(max(value, low), high)) if value == value else default
+
+
+def pool_size(environ: dict[str, str] | None = None) -> int:
+    """Threads of the shared pool: `SGLANG_OPERATOR_WORKERS`, 1..256, default 8. Pure."""
+    env = os.environ if environ is None else environ
+    return int(_positive(env.get(WORKERS_ENV), DEFAULT_WORKERS, 1, 256))
+
+
+def resync_seconds(environ: dict[str, str] | None = None) -> float:
+    """Seconds between passes of a CR when nothing wakes it: `SGLANG_OPERATOR_RESYNC_SECONDS`, 1..3600. Pure."""
+    env = os.environ if environ is None else environ
+    return _positive(env.get(RESYNC_ENV), DEFAULT_RESYNC_SECONDS, 1.0, 3600.0)
+
+
+def backoff_seconds(failures: int, resync: float) -> float:
+    """The wait before the next pass: the resync period after a good pass (`failures` 0), else exponential from
+    `BACKOFF_BASE_SECONDS`, capped at `BACKOFF_MAX_SECONDS` (a CR whose passes keep failing costs one pass a minute,
+    not one per resync). Pure."""
+    if failures <= 0:
+        return resync
+    return float(min(BACKOFF_BASE_SECONDS * 2.0 ** min(failures - 1, 30), BACKOFF_MAX_SECONDS))
+
+
+@functools.cache
+def shared_pool() -> ThreadPoolExecutor:
+    return ThreadPoolExecutor(max_workers=pool_size(), thread_name_prefix="sglang-pass")
+
+
+_waiting = 0
+_waiting_lock = threading.Lock()
+
+
+def _queued(delta: int) -> None:
+    global _waiting
+    with _waiting_lock:
+        _waiting += delta
+        metrics.QUEUE_DEPTH.set(_waiting)
+
+
+def _timed(fn: Callable[[], T], submitted: float) -> T:
+    _queued(-1)
+    metrics.QUEUE_WAIT_SECONDS.observe(time.monotonic() - submitted)
+    return fn()
+
+
+async def run_in_pool(fn: Callable[[], T], pool: ThreadPoolExecutor | None = None) -> T:
+    """Run `fn` in the shared pool and await it, counting the time it waits for a worker.
+
+    A cancelled caller (kopf stops the CR's daemon) leaves a started pass to finish in its thread: a pass is
+    bounded (every call has a deadline), and stopping it half way would leave nothing better behind."""
+    _queued(+1)
+    submitted = (pool or shared_pool()).submit(_timed, fn, time.monotonic())
+    try:
+        return await asyncio.wrap_future(submitted)
+    except asyncio.CancelledError:
+        if submitted.cancelled():  # cancelled before a worker took it: it no longer waits
+            _queued(-1)
+        raise
