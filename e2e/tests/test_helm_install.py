@@ -3,7 +3,9 @@
 The node agent runs the chart's image as this checkout's `sglang-operator`, with the pod's service-account
 token and the in-cluster API address, so every call the operator (and kopf) makes is authorised by the chart's
 ClusterRoles and bindings: the quickstart reaching Ready and being deleted cleanly, with no RBAC denial in the
-operator's log, proves they are sufficient. Clusterwide (the default) and `watchNamespaces` are both installed.
+operators' logs, proves they are sufficient. Clusterwide (the default) and `watchNamespaces` are both installed.
+The chart runs two replicas with leader election: both pods run, exactly one holds the Lease (its Role's
+permissions suffice), and neither restarts.
 The clusterwide operator also sees SGLangDeployments other tests left behind, so, like every operator test, this
 one must not run at the same time as another operator on the same cluster (pytest runs the suite serially).
 """
@@ -161,6 +163,10 @@ def test_helm_installed_operator_runs_the_quickstart(
         f"operator pod of release {name} Running and Ready",
         on_timeout=lambda: f"; pods={[p.status for p in operator_pods(core, name, operator_namespace)]}",
     )  # fmt: skip
+    wait_for(
+        lambda: len([p for p in operator_pods(core, name, operator_namespace) if p.status.phase == "Running"]) == 2,
+        OPERATOR_READY_TIMEOUT_S, f"both operator pods of release {name} Running",
+    )  # fmt: skip
     container = pod.spec.containers[0]
     assert (container.image, container.command) == (
         "ghcr.io/sglang-operator/sglang-operator:0.1.0",
@@ -190,11 +196,19 @@ def test_helm_installed_operator_runs_the_quickstart(
 
     wait_for(cr_gone, DELETE_TIMEOUT_S, "quickstart deleted (operator finalizer removed)")
 
-    log = operator_log(cluster, pod)
-    denied = [line for line in log.splitlines() if RBAC_DENIAL.search(line)]
-    assert not denied, "the operator was refused API calls:\n" + "\n".join(denied[:20])
-    (current,) = operator_pods(core, name, operator_namespace)
-    assert sum(cs.restart_count for cs in current.status.container_statuses or []) == 0
+    pods = operator_pods(core, name, operator_namespace)
+    assert len(pods) == 2
+    holder = (
+        client.CoordinationV1Api(api_client)
+        .read_namespaced_lease(f"{name}-sglang-operator-leader", operator_namespace)
+        .spec.holder_identity
+    )
+    assert [p.metadata.name for p in pods if holder.startswith(f"{p.metadata.name}_")], f"no pod holds it: {holder}"
+    for current in pods:
+        log = operator_log(cluster, current)
+        denied = [line for line in log.splitlines() if RBAC_DENIAL.search(line)]
+        assert not denied, f"{current.metadata.name} was refused API calls:\n" + "\n".join(denied[:20])
+        assert sum(cs.restart_count for cs in current.status.container_statuses or []) == 0
 
     helm("uninstall", name, "--namespace", operator_namespace)
     wait_for(lambda: not operator_pods(core, name, operator_namespace), DELETE_TIMEOUT_S, "operator pods removed")

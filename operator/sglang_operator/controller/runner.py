@@ -91,6 +91,11 @@ def serve_metrics(port: int, address: str) -> None:
     log.info("metrics: serving /metrics on %s:%d", address, port)
 
 
+class _ReusableServer(ThreadingHTTPServer):
+    allow_reuse_address = True  # kopf binds the same port right after
+    daemon_threads = True
+
+
 @contextmanager
 def standby_liveness(url: str | None, fresh: Callable[[], bool]) -> Iterator[None]:
     """Answer kopf's liveness URL while kopf does not run: 200 while `fresh()`, else 503. Closed (its port free
@@ -113,8 +118,7 @@ def standby_liveness(url: str | None, fresh: Callable[[], bool]) -> Iterator[Non
         def log_message(self, format: str, *args: object) -> None:
             return  # a probe every few seconds is not worth a log line
 
-    ThreadingHTTPServer.allow_reuse_address = True
-    server = ThreadingHTTPServer((parts.hostname or "0.0.0.0", parts.port or 80), Handler)
+    server = _ReusableServer((parts.hostname or "0.0.0.0", parts.port or 80), Handler)
     thread = threading.Thread(target=server.serve_forever, name="standby-liveness", daemon=True)
     thread.start()
     try:
