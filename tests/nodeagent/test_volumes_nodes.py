@@ -11,7 +11,7 @@ from localcluster.nodeagent.envvars import PodFacts
 from localcluster.nodeagent.ipam import Allocations, block_candidates, network, next_ip, pick_gpus
 from localcluster.nodeagent.layout import Layout
 from localcluster.nodeagent.nodes import HostFacts, NodeShape, allocatable, micro_time, node_labels, node_status
-from localcluster.nodeagent.process import mount_script
+from localcluster.nodeagent.process import command_line, mount_script
 from localcluster.nodeagent.volumes import (
     Bind,
     Sources,
@@ -21,6 +21,7 @@ from localcluster.nodeagent.volumes import (
     plan_volume,
     token_requests,
 )
+from localcluster.paths import MARKER_ENV
 
 FACTS = PodFacts(pod_ip="127.1.0.9", host_ip="127.0.0.1", node_allocatable={})
 KUBE_API_ACCESS = {
@@ -197,3 +198,13 @@ def test_node_objects() -> None:
     assert status["nodeInfo"]["kubeletVersion"] == "v1.37.2"
     assert status["addresses"] == [{"type": "InternalIP", "address": "127.0.0.1"}]
     assert micro_time(1e9 + 0.25) == "2001-09-09T01:46:40.250000Z"
+
+
+def test_a_cluster_state_dir_outside_the_checkout_stays_visible(monkeypatch: pytest.MonkeyPatch) -> None:
+    """A router's emptyDir on /tmp must not hide a state dir under /tmp (LOCALCLUSTER_STATE_DIR=/tmp/...): the
+    pod's /etc/hosts and volume sources live there, and the container would fail to start."""
+    binds = [Bind("/tmp/bench-state/nodeagent/pods/u/tmp", "/tmp", False)]
+    monkeypatch.setenv(MARKER_ENV, "/tmp/bench-state")
+    assert "not mounting /tmp: it would hide /tmp/bench-state" in command_line(["smg"], binds, "/w", True)[-3]
+    monkeypatch.delenv(MARKER_ENV)
+    assert "mount --bind /tmp/bench-state/nodeagent/pods/u/tmp /tmp" in command_line(["smg"], binds, "/w", True)[-3]

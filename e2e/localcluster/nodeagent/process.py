@@ -28,7 +28,7 @@ from pathlib import Path
 
 from localcluster.nodeagent.layout import read_json, write_json
 from localcluster.nodeagent.volumes import Bind
-from localcluster.paths import REPO_ROOT
+from localcluster.paths import MARKER_ENV, REPO_ROOT
 
 KILL_WAIT_S = 5.0
 
@@ -128,7 +128,10 @@ def mount_script(binds: Sequence[Bind], workdir: str, keep_visible: Sequence[str
 def command_line(argv: Sequence[str], binds: Sequence[Bind], workdir: str, isolate: bool) -> list[str]:
     if not isolate:
         return list(argv)
-    script = mount_script(binds, workdir, keep_visible=(sys.prefix, str(REPO_ROOT)))
+    # The cluster's state dir holds every volume's source and each pod's /etc/hosts: it must stay visible even
+    # when it lies outside the checkout (LOCALCLUSTER_STATE_DIR under /tmp, where routers mount an emptyDir).
+    state = os.environ.get(MARKER_ENV, "")
+    script = mount_script(binds, workdir, keep_visible=(sys.prefix, str(REPO_ROOT), *([state] if state else [])))
     return ["unshare", "--mount", "--propagation", "private", "--", "sh", "-c", script, "pod-mounts", *argv]
 
 
