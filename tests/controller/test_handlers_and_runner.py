@@ -1,6 +1,6 @@
 """The wake-up map holds running loops only; `run` flags reach the operator's settings."""
 
-import threading
+import asyncio
 
 from sglang_operator.controller import handlers
 from sglang_operator.controller.runner import operator_environment
@@ -14,7 +14,7 @@ def test_the_wakeup_map_holds_running_loops_only() -> None:
     event = handlers._register("team-a", "chat")
     handlers._wake("team-a", "chat")
     assert event.is_set()
-    handlers._unregister("team-a", "chat", threading.Event())  # someone else's entry: kept
+    handlers._unregister("team-a", "chat", asyncio.Event())  # someone else's entry: kept
     assert ("team-a", "chat") in handlers._wakeups
     handlers._unregister("team-a", "chat", event)
     assert handlers._wakeups == {}
