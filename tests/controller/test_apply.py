@@ -119,7 +119,7 @@ def test_pod_bookkeeping_applies_only_the_operators_annotations() -> None:
     assert pod["metadata"]["annotations"]["sglang.ai/warm"] == "false"
     w.annotate_pod("team-a", "gone", "uid-x", {"sglang.ai/warm": "false"})  # deleted meanwhile: nothing to do
     assert ("Pod", "gone") not in fake.objects
-    assert w.expected.annotated["p"] == {} and "gone" in w.expected.annotated
+    assert w.expected.annotated["p"] == {"sglang.ai/warm": "false"} and "gone" not in w.expected.annotated
 
 
 def test_stale_children_are_the_owned_ones_no_longer_rendered() -> None:

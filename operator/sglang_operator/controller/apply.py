@@ -123,7 +123,6 @@ class Writer:
     # -- pods --------------------------------------------------------------------------------------------------
     def create_pod(self, pod: dict[str, Any]) -> None:
         self._count("create_pod")
-        self.expected.created.add(pod["metadata"]["name"])
         try:
             self.core.create_namespaced_pod(
                 pod["metadata"]["namespace"], pod, field_manager=FIELD_MANAGER, _request_timeout=API_TIMEOUT
@@ -131,22 +130,22 @@ class Writer:
         except ApiException as exc:
             if exc.status != 409:  # already created by an earlier, interrupted pass
                 raise
+        self.expected.created.add(pod["metadata"]["name"])
 
     def delete_pod(self, namespace: str, name: str) -> None:
         self._count("delete_pod")
-        self.expected.deleted.add(name)
         try:
             self.core.delete_namespaced_pod(name, namespace, _request_timeout=API_TIMEOUT)
         except ApiException as exc:
             if exc.status != 404:
                 raise
+        self.expected.deleted.add(name)
 
     def annotate_pod(self, namespace: str, name: str, uid: str | None, annotations: dict[str, str]) -> None:
         """Apply the operator's bookkeeping annotations of one pod: exactly `annotations` (a key the operator applied
         before and leaves out is removed; keys others set stay). The uid makes sure it is that pod, not one created
         under its name since: a replaced or deleted pod is left alone."""
         self._count("annotate_pod")
-        self.expected.annotated[name] = dict(annotations)
         meta: dict[str, Any] = {"name": name, "namespace": namespace, "annotations": dict(annotations)}
         if uid:
             meta["uid"] = uid
@@ -158,6 +157,8 @@ class Writer:
         except ApiException as exc:
             if exc.status not in (404, 409):  # gone, or another pod of that name now
                 raise
+            return
+        self.expected.annotated[name] = dict(annotations)
 
     # -- other children ----------------------------------------------------------------------------------------
     def _verbs(self, ref: ChildRef) -> dict[str, Callable[..., Any]]:
