@@ -520,7 +520,8 @@ def run_one(n: int, args: argparse.Namespace) -> RunResult:
         # Real routers are polled until every Ready worker of a real fleet is listed on its routers (bounded).
         def real_registered() -> bool:
             _latencies, missing = registration(rec, frozenset())
-            return not [u for u in missing if rec.worker_ready()[u][0] in real]
+            ready = rec.worker_ready()
+            return not [url for url in missing if ready[url][0] in real]
 
         if real_n and not wait_until(real_registered, REGISTRATION_WAIT_S):
             result.notes.append(f"some real workers not listed on their routers within {REGISTRATION_WAIT_S:g} s")
