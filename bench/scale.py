@@ -442,12 +442,15 @@ def light_registrations(recorder: Recorder, light: frozenset[str]) -> dict[tuple
     return out
 
 
-def registration(recorder: Recorder, light: frozenset[str]) -> tuple[list[float], list[str]]:
+def registration(
+    recorder: Recorder, light: frozenset[str], only: frozenset[str] | None = None
+) -> tuple[list[float], list[str]]:
+    """Registration latencies (and unlisted URLs) of the Ready workers of every fleet, or of the fleets `only`."""
     listed = {**recorder.registered, **light_registrations(recorder, light)}
     routers_of: dict[str, list[str]] = {}
     for ip, fleet in recorder.routers(recorder.real | light):
         routers_of.setdefault(fleet, []).append(ip)
-    ready = recorder.worker_ready()
+    ready = {url: seen for url, seen in recorder.worker_ready().items() if only is None or seen[0] in only}
     times = {url: [listed.get((ip, url)) for ip in routers_of.get(fleet, [])] for url, (fleet, _) in ready.items()}
     return registration_latencies({url: t for url, (_, t) in ready.items()}, times)
 
@@ -530,6 +533,11 @@ def run_one(n: int, args: argparse.Namespace) -> RunResult:
         result.register_p50_s, result.register_p99_s = percentile(latencies, 50), percentile(latencies, 99)
         if missing:
             result.notes.append(f"{len(missing)} Ready workers not listed on every router of their fleet")
+        for kind, fleets in (("real", real), ("light", light)):
+            some = registration(rec, light, only=fleets)[0] if fleets else []
+            if some:
+                p50, p99 = percentile(some, 50) or 0.0, percentile(some, 99) or 0.0
+                result.notes.append(f"registration of {kind} fleets' workers: p50 {p50:.2f} s, p99 {p99:.2f} s")
         rec.close()
         if rec.errors:
             result.notes.append(f"recorder errors: {rec.errors}")
@@ -566,6 +574,11 @@ def run_one(n: int, args: argparse.Namespace) -> RunResult:
             result.notes.append(
                 "operator requests/min in the quiet window: " + ", ".join(f"{k} {v:.1f}" for k, v in split.items())
             )
+        schemas = metric_by_label(after, dispatched, "flow_schema")
+        earlier = metric_by_label(before, dispatched, "flow_schema")
+        result.api_by_flow_schema_per_min = {
+            schema: (count - earlier.get(schema, 0.0)) * 60 / window for schema, count in sorted(schemas.items())
+        }
         if op_before is not None and op_after is not None:
             name = "sglang_operator_kubernetes_requests_total"
             b, a = metric_by_label(op_before, name, "verb"), metric_by_label(op_after, name, "verb")

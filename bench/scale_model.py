@@ -133,6 +133,7 @@ class RunResult:
     api_requests_per_cr_per_min: float | None = None
     api_all_clients_per_min: float | None = None  # every client of the API server (node agent, controllers, ...)
     api_by_verb_per_min: dict[str, float] = field(default_factory=dict)  # the operator's own counter, if exported
+    api_by_flow_schema_per_min: dict[str, float] = field(default_factory=dict)  # every client, by FlowSchema
     quiet_s: float | None = None
     cpu_s: float | None = None  # operator CPU seconds from its start to the end of the quiet window
     cpu_quiet_pct: float | None = None  # operator CPU over the quiet window, % of one core
