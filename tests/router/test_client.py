@@ -175,3 +175,22 @@ def test_the_workers_api_key_reads_loads_and_is_handed_to_the_router(fake_http: 
     sync_routers(state, ["http://10.0.0.1:30000"])
     posted = [r.body for r in router.requests if r.method == "POST"]
     assert posted == [b'{"url": "http://10.0.0.1:30000", "api_key": "k3y"}']
+
+
+def test_router_operations_are_counted_by_operation_and_result(fake_http: Callable[..., FakeHTTP]) -> None:
+    from sglang_operator import metrics
+
+    def count(operation: str, result: str) -> float:
+        labels = {"operation": operation, "result": result}
+        return metrics.REGISTRY.get_sample_value("sglang_operator_router_operations_total", labels) or 0.0
+
+    before = {(o, r): count(o, r) for o in ("register", "deregister") for r in ("ok", "failed")}
+    stale = RouterWorker(id="a1", url="http://10.0.0.9:30000", status="ready", healthy=True)
+    good = fake_http({("GET", "/workers"): Reply.json({"workers": []}), ("POST", "/workers"): Reply(status=202),
+                      ("DELETE", "*"): Reply(status=202)})  # fmt: skip
+    refusing = fake_http({("POST", "/workers"): Reply(status=500)})
+    state = RouterState(lists={good.url: [stale], refusing.url: []})
+    sync_routers(state, ["http://10.0.0.1:30000"])
+    after = {key: count(*key) - value for key, value in before.items()}
+    assert after == {("register", "ok"): 1, ("register", "failed"): 1, ("deregister", "ok"): 1,
+                     ("deregister", "failed"): 0}  # fmt: skip
