@@ -42,6 +42,7 @@ import threading
 import time
 import urllib.request
 from collections.abc import Callable, Sequence
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -54,12 +55,14 @@ from scale_model import (  # bench/ is this script's folder, like registration.p
     FleetTimes,
     RunResult,
     metric_by_label,
+    metric_by_labels,
     metric_sum,
     per_minute,
     percentile,
     ready_lags,
     registration_latencies,
     render_table,
+    top_rates,
 )
 
 from localcluster import cluster, controlplane
@@ -84,6 +87,7 @@ LEASE_WAIT_S = 60.0
 STANDBY_SETTLE_S = 15.0
 REGISTRATION_WAIT_S = 60.0
 HTTP_TIMEOUT_S = 5.0
+CREATE_THREADS = 8
 
 
 def log(message: str) -> None:
@@ -497,8 +501,14 @@ def run_one(n: int, args: argparse.Namespace) -> RunResult:
         real, light = frozenset(names[:real_n]), frozenset(names[real_n:])
         recorder = Recorder(api, real).start()
         created = time.time()
-        for name in names:
-            custom.create_namespaced_custom_object(GROUP, VERSION, NAMESPACE, PLURAL, fleet_doc(name, name in light))
+        # All at once, as a platform team applying a folder of CRs would: a few concurrent writers.
+        with ThreadPoolExecutor(max_workers=CREATE_THREADS) as pool:
+            docs = [fleet_doc(name, name in light) for name in names]
+            list(
+                pool.map(
+                    lambda doc: custom.create_namespaced_custom_object(GROUP, VERSION, NAMESPACE, PLURAL, doc), docs
+                )
+            )
         log(f"N={n}: {n} CRs created in {time.time() - created:.1f} s ({real_n} real, {n - real_n} light)")
 
         rec = recorder
@@ -579,6 +589,17 @@ def run_one(n: int, args: argparse.Namespace) -> RunResult:
         result.api_by_flow_schema_per_min = {
             schema: (count - earlier.get(schema, 0.0)) * 60 / window for schema, count in sorted(schemas.items())
         }
+        keys = ("resource", "subresource", "verb")
+        busiest = top_rates(
+            metric_by_labels(before, "apiserver_request_total", keys),
+            metric_by_labels(after, "apiserver_request_total", keys),
+            window,
+            5,
+        )
+        result.notes.append(
+            "busiest requests of all clients in the quiet window (per min): "
+            + ", ".join(f"{verb} {res}{'/' + sub if sub else ''} {rate:.0f}" for (res, sub, verb), rate in busiest)
+        )
         if op_before is not None and op_after is not None:
             name = "sglang_operator_kubernetes_requests_total"
             b, a = metric_by_label(op_before, name, "verb"), metric_by_label(op_after, name, "verb")

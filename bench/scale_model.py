@@ -61,6 +61,23 @@ def metric_by_label(text: str, name: str, label: str) -> dict[str, float]:
     return out
 
 
+def metric_by_labels(text: str, name: str, labels: Sequence[str]) -> dict[tuple[str, ...], float]:
+    """`name`'s samples summed per combination of the values of `labels`."""
+    out: dict[tuple[str, ...], float] = {}
+    for found, value in samples(text, name):
+        key = tuple(found.get(label, "") for label in labels)
+        out[key] = out.get(key, 0.0) + value
+    return out
+
+
+def top_rates(
+    before: Mapping[tuple[str, ...], float], after: Mapping[tuple[str, ...], float], seconds: float, count: int
+) -> list[tuple[tuple[str, ...], float]]:
+    """The `count` series that grew fastest between two scrapes, per minute, largest first."""
+    rates = [(key, (value - before.get(key, 0.0)) * 60.0 / seconds) for key, value in after.items()]
+    return sorted((r for r in rates if r[1] > 0), key=lambda r: (-r[1], r[0]))[:count]
+
+
 def per_minute(before: float, after: float, seconds: float) -> float:
     """A counter's rate over a window; a counter that went backwards (a restart) is not a rate."""
     if seconds <= 0 or after < before:

@@ -9,6 +9,7 @@ from bench.scale_model import (
     FleetTimes,
     RunResult,
     metric_by_label,
+    metric_by_labels,
     metric_sum,
     per_minute,
     percentile,
@@ -17,6 +18,7 @@ from bench.scale_model import (
     registration_latencies,
     render_table,
     samples,
+    top_rates,
 )
 
 METRICS = """# HELP apiserver_flowcontrol_dispatched_requests_total x
@@ -91,3 +93,11 @@ def test_ratios_json_and_table() -> None:
     assert "| 200 | 10/190 | 0/200 | 30.0 (-) | -/3.00 |" in table
     assert "| 200 | 0.50 | 1.50 ! | 0.50 | 0.50 | - |" in table  # '!' marks the missed target
     assert "- N=200: a note" in table
+
+
+def test_busiest_series_between_two_scrapes() -> None:
+    before = metric_by_labels(METRICS, "apiserver_request_total", ("verb", "code"))
+    assert before == {("GET", "200"): 5.0, ("POST", "201"): 25.0}
+    after = {("GET", "200"): 35.0, ("POST", "201"): 25.0, ("PUT", "200"): 10.0}
+    assert top_rates(before, after, 30.0, 5) == [(("GET", "200"), 60.0), (("PUT", "200"), 20.0)]  # unchanged: left out
+    assert top_rates(before, after, 30.0, 1) == [(("GET", "200"), 60.0)]
