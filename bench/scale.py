@@ -589,7 +589,7 @@ def run_one(n: int, args: argparse.Namespace) -> RunResult:
         result.api_by_flow_schema_per_min = {
             schema: (count - earlier.get(schema, 0.0)) * 60 / window for schema, count in sorted(schemas.items())
         }
-        keys = ("resource", "subresource", "verb")
+        keys = ("resource", "subresource", "verb", "code")
         busiest = top_rates(
             metric_by_labels(before, "apiserver_request_total", keys),
             metric_by_labels(after, "apiserver_request_total", keys),
@@ -598,7 +598,7 @@ def run_one(n: int, args: argparse.Namespace) -> RunResult:
         )
         result.notes.append(
             "busiest requests of all clients in the quiet window (per min): "
-            + ", ".join(f"{verb} {res}{'/' + sub if sub else ''} {rate:.0f}" for (res, sub, verb), rate in busiest)
+            + ", ".join(f"{v} {r}{'/' + s if s else ''} ({c}) {rate:.0f}" for (r, s, v, c), rate in busiest)
         )
         if op_before is not None and op_after is not None:
             name = "sglang_operator_kubernetes_requests_total"
