@@ -65,7 +65,7 @@ from scale_model import (  # bench/ is this script's folder, like registration.p
     top_rates,
 )
 
-from localcluster import cluster, controlplane
+from localcluster import cluster, controlplane, procs
 from localcluster.fleet import FAST_SIM_ENV, OperatorProcess, create_namespace, install_crd
 from localcluster.paths import REPO_ROOT, StateLayout, default_layout
 from localcluster.pki import Pki
@@ -559,11 +559,20 @@ def run_one(n: int, args: argparse.Namespace) -> RunResult:
         pid = leader_op.pid
         before = scrape(apiserver_metrics, admin_ctx)
         op_before = _scrape_optional(leader_op.metrics_url)
+        agent = procs.running_pid(layout, cluster.AGENT)  # context: what the light pods cost the node agent
+        agent_before = cpu_seconds(agent) if agent else None
         cpu_before, window_began = (cpu_seconds(pid) if pid else None), time.monotonic()
         time.sleep(args.quiet_seconds)  # the measurement window itself
         after = scrape(apiserver_metrics, admin_ctx)
         window = time.monotonic() - window_began
         cpu_after = cpu_seconds(pid) if pid else None
+        agent_after = cpu_seconds(agent) if agent else None
+        if agent and agent_before is not None and agent_after is not None:
+            agent_pct = 100.0 * (agent_after - agent_before) / window
+            result.notes.append(
+                f"node agent ({2 * n} pods): {agent_pct:.1f}% of a core in the quiet window, "
+                f"peak RSS {peak_rss_mib(agent) or 0:.0f} MiB"
+            )
         op_after = _scrape_optional(leader_op.metrics_url)
         dispatched = "apiserver_flowcontrol_dispatched_requests_total"
         split = {
