@@ -103,6 +103,26 @@ class Identity:
     kubeconfig: Path
 
 
+def flow_rules() -> list[tuple[str, int, dict[str, Any]]]:
+    """(name suffix, precedence, rules) of the FlowSchemas that split one identity's requests: Lease calls, watches,
+    lists, then everything else (the lowest precedence number that matches wins)."""
+    every = {"apiGroups": ["*"], "resources": ["*"], "namespaces": ["*"], "clusterScope": True}
+    lease = {"verbs": ["*"], "apiGroups": ["coordination.k8s.io"], "resources": ["leases"], "namespaces": ["*"]}
+    return [
+        ("-lease", 90, {"resourceRules": [lease]}),
+        ("-watch", 91, {"resourceRules": [{**every, "verbs": ["watch"]}]}),
+        ("-list", 92, {"resourceRules": [{**every, "verbs": ["list"]}]}),
+        (
+            "",
+            100,
+            {
+                "resourceRules": [{**every, "verbs": ["*"]}],
+                "nonResourceRules": [{"verbs": ["*"], "nonResourceURLs": ["*"]}],
+            },
+        ),
+    ]
+
+
 def make_identity(api: client.ApiClient, layout: StateLayout, server: str, name: str) -> Identity:
     """A service account bound to cluster-admin, a token kubeconfig for it, and a FlowSchema matching only it."""
     core, rbac = client.CoreV1Api(api), client.RbacAuthorizationV1Api(api)
@@ -130,37 +150,16 @@ def make_identity(api: client.ApiClient, layout: StateLayout, server: str, name:
     }
     kubeconfig.write_text(yaml.safe_dump(doc))
     kubeconfig.chmod(0o600)
-    client.CustomObjectsApi(api).create_cluster_custom_object(
-        "flowcontrol.apiserver.k8s.io",
-        "v1",
-        "flowschemas",
-        {
-            "apiVersion": "flowcontrol.apiserver.k8s.io/v1",
-            "kind": "FlowSchema",
-            "metadata": {"name": name},
-            "spec": {
-                "matchingPrecedence": 100,  # before every suggested schema except exempt (1)
-                "priorityLevelConfiguration": {"name": "exempt"},  # counted, never queued: no effect on latency
-                "rules": [
-                    {
-                        "subjects": [
-                            {"kind": "ServiceAccount", "serviceAccount": {"name": name, "namespace": SYSTEM_NAMESPACE}}
-                        ],
-                        "resourceRules": [
-                            {
-                                "verbs": ["*"],
-                                "apiGroups": ["*"],
-                                "resources": ["*"],
-                                "namespaces": ["*"],
-                                "clusterScope": True,
-                            }
-                        ],
-                        "nonResourceRules": [{"verbs": ["*"], "nonResourceURLs": ["*"]}],
-                    }
-                ],
-            },
-        },
-    )
+    custom = client.CustomObjectsApi(api)
+    for suffix, precedence, rule in flow_rules():
+        subject = {"kind": "ServiceAccount", "serviceAccount": {"name": name, "namespace": SYSTEM_NAMESPACE}}
+        spec = {
+            "matchingPrecedence": precedence,  # before every suggested schema except exempt (1)
+            "priorityLevelConfiguration": {"name": "exempt"},  # counted, never queued: no effect on latency
+            "rules": [{"subjects": [subject], **rule}],
+        }
+        body = {"metadata": {"name": f"{name}{suffix}"}, "spec": spec}
+        custom.create_cluster_custom_object("flowcontrol.apiserver.k8s.io", "v1", "flowschemas", body)
     return Identity(name, kubeconfig)
 
 
@@ -576,16 +575,20 @@ def run_one(n: int, args: argparse.Namespace) -> RunResult:
         op_after = _scrape_optional(leader_op.metrics_url)
         dispatched = "apiserver_flowcontrol_dispatched_requests_total"
         split = {
-            ident.name: per_minute(
-                metric_sum(before, dispatched, {"flow_schema": ident.name}),
-                metric_sum(after, dispatched, {"flow_schema": ident.name}),
+            f"{ident.name}{suffix or '-other'}": per_minute(
+                metric_sum(before, dispatched, {"flow_schema": ident.name + suffix}),
+                metric_sum(after, dispatched, {"flow_schema": ident.name + suffix}),
                 window,
             )
             for ident in ids
+            for suffix, _, _ in flow_rules()
         }
         result.quiet_s = window
         result.api_requests_per_min = sum(split.values())
         result.api_requests_per_cr_per_min = result.api_requests_per_min / n
+        leases = sum(rate for key, rate in split.items() if key.endswith("-lease"))
+        result.api_per_cr_without_lease = (result.api_requests_per_min - leases) / n
+        result.api_operator_split_per_min = split
         result.api_all_clients_per_min = per_minute(
             metric_sum(before, "apiserver_request_total"), metric_sum(after, "apiserver_request_total"), window
         )

@@ -148,6 +148,8 @@ class RunResult:
     registered: int = 0
     api_requests_per_min: float | None = None  # the operator's requests (its own FlowSchema), all CRs
     api_requests_per_cr_per_min: float | None = None
+    api_per_cr_without_lease: float | None = None  # the same without the leader election's Lease calls
+    api_operator_split_per_min: dict[str, float] = field(default_factory=dict)  # per operator: lease/watch/list/other
     api_all_clients_per_min: float | None = None  # every client of the API server (node agent, controllers, ...)
     api_by_verb_per_min: dict[str, float] = field(default_factory=dict)  # the operator's own counter, if exported
     api_by_flow_schema_per_min: dict[str, float] = field(default_factory=dict)  # every client, by FlowSchema
@@ -191,7 +193,7 @@ def _ratio(value: float | None) -> str:
 def render_table(runs: Sequence[RunResult]) -> str:
     """A Markdown table of the measurements, then one of the ratios against the targets ('!' marks a miss)."""
     head = (
-        "| N | real/light | CRs Ready | all_ready_s (p50) | register p50/p99 s | API req/min (per CR) "
+        "| N | real/light | CRs Ready | all_ready_s (p50) | register p50/p99 s | API req/min (per CR; w/o Lease) "
         "| all clients/min | CPU s (quiet %) | RSS MiB | handover s (lease) |"
     )
     lines = [head, "|" + "---|" * (head.count("|") - 1)]
@@ -199,7 +201,8 @@ def render_table(runs: Sequence[RunResult]) -> str:
         lines.append(
             f"| {r.n} | {r.real}/{r.light} | {r.ready_count}/{r.n} | {_num(r.all_ready_s)} ({_num(r.ready_p50_s)}) "
             f"| {_num(r.register_p50_s, 2)}/{_num(r.register_p99_s, 2)} "
-            f"| {_num(r.api_requests_per_min)} ({_num(r.api_requests_per_cr_per_min, 2)}) "
+            f"| {_num(r.api_requests_per_min)} ({_num(r.api_requests_per_cr_per_min, 2)}; "
+            f"{_num(r.api_per_cr_without_lease, 2)}) "
             f"| {_num(r.api_all_clients_per_min)} | {_num(r.cpu_s)} ({_num(r.cpu_quiet_pct)}) "
             f"| {_num(r.rss_mib)} | {_num(r.handover_s)} ({_num(r.handover_lease_s)}) |"
         )

@@ -90,7 +90,7 @@ def test_ratios_json_and_table() -> None:
     doc = run.as_json()
     assert tuple(doc)[: len(JSON_KEYS)] == JSON_KEYS and doc["notes"] == ["a note"]
     table = render_table([run])
-    assert "| 200 | 10/190 | 0/200 | 30.0 (-) | -/3.00 |" in table
+    assert "| 200 | 10/190 | 0/200 | 30.0 (-) | -/3.00 | 100.0 (0.50; -) |" in table
     assert "| 200 | 0.50 | 1.50 ! | 0.50 | 0.50 | - |" in table  # '!' marks the missed target
     assert "- N=200: a note" in table
 
