@@ -33,18 +33,18 @@ REPO_ROOT = CHART_DIR.parent.parent
 # Every (apiGroup, resource) the operator calls and the verbs it uses: controller/apply.py and reconcile.py
 # (pods list/create/patch/delete; services, deployments, the PodMonitor and the NetworkPolicy get/create/patch and
 # delete once no longer rendered; the Secrets a CR names get; events; the CR get and its status patch) and kopf
-# (watches pods and the CR, patches the CR's finalizer and annotations, posts events, watches CRDs for its
-# resource discovery).
+# (watches pods, services, deployments, PodMonitors and NetworkPolicies for the indexes reconcile reads, and the
+# CR; patches the CR's finalizer and annotations, posts events, watches CRDs for its resource discovery).
 NAMESPACED_PERMISSIONS: dict[tuple[str, str], set[str]] = {
     ("", "pods"): {"list", "watch", "create", "patch", "delete"},
-    ("", "services"): {"get", "create", "patch", "delete"},
-    ("apps", "deployments"): {"get", "create", "patch", "delete"},
+    ("", "services"): {"list", "watch", "get", "create", "patch", "delete"},
+    ("apps", "deployments"): {"list", "watch", "get", "create", "patch", "delete"},
     ("", "secrets"): {"get"},
     ("", "events"): {"create"},
     ("sglang.ai", "sglangdeployments"): {"get", "list", "watch", "patch"},
     ("sglang.ai", "sglangdeployments/status"): {"patch"},
-    ("monitoring.coreos.com", "podmonitors"): {"get", "create", "patch", "delete"},
-    ("networking.k8s.io", "networkpolicies"): {"get", "create", "patch", "delete"},
+    ("monitoring.coreos.com", "podmonitors"): {"list", "watch", "get", "create", "patch", "delete"},
+    ("networking.k8s.io", "networkpolicies"): {"list", "watch", "get", "create", "patch", "delete"},
 }
 CLUSTER_PERMISSIONS: dict[tuple[str, str], set[str]] = {
     ("apiextensions.k8s.io", "customresourcedefinitions"): {"list", "watch"},

@@ -50,16 +50,17 @@ app.kubernetes.io/part-of: sglang-operator
 Permissions on namespaced resources: exactly the API calls the operator (controller/*.py) and kopf make.
   pods               kopf watches them cluster-wide (list, watch) to wake the reconcile loop; reconcile lists
                      them; apply.py creates, annotates (patch) and deletes them. Never read one by name.
-  services           reconcile reads them by name (get); apply.py creates and patches them, and deletes one it
-                     owns that is no longer rendered (nnodes back to 1, router turned off)
+  services           kopf watches them (list, watch: the index reconcile reads instead of the API); reconcile
+                     reads them by name (get); apply.py creates and patches them, and deletes one it owns that is
+                     no longer rendered (nnodes back to 1, router turned off)
   deployments        the same, for the router Deployment
   secrets            the Secrets a CR names (router API key, prometheusAuth): get by name only, no list
   events             Kubernetes events on the CR, posted by the operator and by kopf
   sglangdeployments  kopf lists and watches them and patches its finalizer and annotations; reconcile gets one
   .../status         one status patch per reconcile pass
-  podmonitors        the optional prometheus-operator PodMonitor (get, create, patch, delete like other children)
-  networkpolicies    the optional per-fleet NetworkPolicy (spec.networkPolicy.enabled): the same verbs; read by
-                     name, never listed or watched
+  podmonitors        the optional prometheus-operator PodMonitor (list, watch, get, create, patch, delete like
+                     other children)
+  networkpolicies    the optional per-fleet NetworkPolicy (spec.networkPolicy.enabled): the same verbs
 */}}
 {{- define "sglang-operator.namespacedRules" -}}
 - apiGroups: [""]
@@ -67,10 +68,10 @@ Permissions on namespaced resources: exactly the API calls the operator (control
   verbs: ["list", "watch", "create", "patch", "delete"]
 - apiGroups: [""]
   resources: ["services"]
-  verbs: ["get", "create", "patch", "delete"]
+  verbs: ["list", "watch", "get", "create", "patch", "delete"]
 - apiGroups: ["apps"]
   resources: ["deployments"]
-  verbs: ["get", "create", "patch", "delete"]
+  verbs: ["list", "watch", "get", "create", "patch", "delete"]
 - apiGroups: [""]
   resources: ["secrets"]
   verbs: ["get"]
@@ -85,10 +86,10 @@ Permissions on namespaced resources: exactly the API calls the operator (control
   verbs: ["patch"]
 - apiGroups: ["monitoring.coreos.com"]
   resources: ["podmonitors"]
-  verbs: ["get", "create", "patch", "delete"]
+  verbs: ["list", "watch", "get", "create", "patch", "delete"]
 - apiGroups: ["networking.k8s.io"]
   resources: ["networkpolicies"]
-  verbs: ["get", "create", "patch", "delete"]
+  verbs: ["list", "watch", "get", "create", "patch", "delete"]
 {{- end }}
 
 {{/* A map as the `k=v,k2=v2` text the `run` label flags take (keys sorted, as `range` sorts them). */}}
