@@ -550,6 +550,9 @@ def run_one(n: int, args: argparse.Namespace) -> RunResult:
         rec.close()
         if rec.errors:
             result.notes.append(f"recorder errors: {rec.errors}")
+        at_ready = _scrape_optional(operators[0].metrics_url)
+        if at_ready is not None:
+            result.notes.append("leader's passes until all Ready: " + pass_summary(None, at_ready))
         log(f"N={n}: {result.ready_count} CRs Ready; settling {args.settle_seconds:g} s, then a quiet window")
 
         # The quiet window: nothing changes; count what the operators send.
@@ -613,6 +616,7 @@ def run_one(n: int, args: argparse.Namespace) -> RunResult:
             + ", ".join(f"{v} {r}{'/' + s if s else ''} ({c}) {rate:.0f}" for (r, s, v, c), rate in busiest)
         )
         if op_before is not None and op_after is not None:
+            result.notes.append("leader's passes in the quiet window: " + pass_summary(op_before, op_after))
             name = "sglang_operator_kubernetes_requests_total"
             b, a = metric_by_label(op_before, name, "verb"), metric_by_label(op_after, name, "verb")
             result.api_by_verb_per_min = {verb: (a[verb] - b.get(verb, 0.0)) * 60 / window for verb in sorted(a)}
@@ -638,6 +642,19 @@ def run_one(n: int, args: argparse.Namespace) -> RunResult:
         if not args.keep:
             cluster.down(layout)
     return result
+
+
+def pass_summary(before: str | None, after: str) -> str:
+    """Passes, mean pass duration and mean wait for a pool thread, from the operator's own histograms."""
+
+    def delta(name: str) -> float:
+        return metric_sum(after, name) - (metric_sum(before, name) if before is not None else 0.0)
+
+    passes = delta("sglang_operator_reconcile_duration_seconds_count")
+    waits = delta("sglang_operator_workqueue_wait_seconds_count")
+    took = delta("sglang_operator_reconcile_duration_seconds_sum") / passes if passes else 0.0
+    waited = delta("sglang_operator_workqueue_wait_seconds_sum") / waits if waits else 0.0
+    return f"{passes:.0f} passes, mean {took * 1000:.0f} ms each, mean wait for a pool thread {waited * 1000:.0f} ms"
 
 
 def _scrape_optional(url: str | None) -> str | None:
