@@ -202,9 +202,14 @@ def test_node_objects() -> None:
 
 def test_a_cluster_state_dir_outside_the_checkout_stays_visible(monkeypatch: pytest.MonkeyPatch) -> None:
     """A router's emptyDir on /tmp must not hide a state dir under /tmp (LOCALCLUSTER_STATE_DIR=/tmp/...): the
-    pod's /etc/hosts and volume sources live there, and the container would fail to start."""
+    pod's /etc/hosts and volume sources live there, and the container would fail to start. Checked with explicit
+    host paths, so the answer does not depend on where this checkout and its virtualenv live."""
     binds = [Bind("/tmp/bench-state/nodeagent/pods/u/tmp", "/tmp", False)]
-    monkeypatch.setenv(MARKER_ENV, "/tmp/bench-state")
-    assert "not mounting /tmp: it would hide /tmp/bench-state" in command_line(["smg"], binds, "/w", True)[-3]
-    monkeypatch.delenv(MARKER_ENV)
-    assert "mount --bind /tmp/bench-state/nodeagent/pods/u/tmp /tmp" in command_line(["smg"], binds, "/w", True)[-3]
+    elsewhere = ("/opt/venv", "/srv/checkout")
+    hidden = mount_script(binds, "/w", keep_visible=(*elsewhere, "/tmp/bench-state"))
+    assert "not mounting /tmp: it would hide /tmp/bench-state" in hidden
+    assert "mount --bind /tmp/bench-state/nodeagent/pods/u/tmp /tmp" in mount_script(
+        binds, "/w", keep_visible=elsewhere
+    )
+    monkeypatch.setenv(MARKER_ENV, "/tmp/bench-state")  # command_line keeps the state dir the agent was told about
+    assert "not mounting /tmp" in command_line(["smg"], binds, "/w", True)[-3]
