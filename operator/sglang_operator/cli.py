@@ -16,10 +16,11 @@ from typing import Any, NoReturn
 
 import yaml
 
+from .api.rule import FieldError
 from .api.spec import SGLangDeploymentSpec
 from .api.validation import NAME_RULE, check_pod_policy, parse_spec
 from .capacity import concurrency_per_replica, plan_for_spec, replicas_for_load
-from .crfile import CRFileError, LoadedCR, Problem, load_cr
+from .crfile import CRFileError, LoadedCR, load_cr
 from .render import Owner, render_all
 from .settings import OperatorSettings, PodPolicy
 
@@ -40,33 +41,33 @@ class UsageError(Exception):
 
 def check_cr(
     cr: LoadedCR, settings: OperatorSettings | None = None
-) -> tuple[SGLangDeploymentSpec | None, list[Problem]]:
+) -> tuple[SGLangDeploymentSpec | None, list[FieldError]]:
     """Everything wrong with the CR (its metadata, its spec with unknown fields as errors, then what the operator's
     settings refuse: by default, as the default operator, any node directory and any Prometheus of the CR's own);
     the spec only when nothing is."""
     settings = settings or OperatorSettings()
     problems = list(cr.meta_errors)
     if not cr.meta.name and not problems:
-        problems.append(Problem("metadata.name", "is required."))
+        problems.append(FieldError("metadata.name", "is required."))
     elif cr.meta.name:
-        problems += [Problem(e.field, e.message) for e in NAME_RULE.check(cr.meta.name)]
+        problems += NAME_RULE.check(cr.meta.name)
     if len(cr.meta.namespace) > 63 or not re.fullmatch(r"[a-z0-9]([-a-z0-9]*[a-z0-9])?", cr.meta.namespace):
         problems.append(
-            Problem(
+            FieldError(
                 "metadata.namespace",
                 "must be a DNS-1123 label of at most 63 characters (lower-case letters, digits and '-'): no "
                 "namespace has another name.",
             )
         )
     spec, errors = parse_spec(cr.raw_spec, strict=True)
-    problems += [Problem(e.field, e.message) for e in errors]
+    problems += errors
     if spec is not None:
-        problems += [Problem(e.field, e.message) for e in check_pod_policy(spec, settings.pod_policy)]
+        problems += check_pod_policy(spec, settings.pod_policy)
         url = spec.autoscaling.prometheus_url
         if url is not None and not settings.prometheus_url_allowed(url):
             allowed = ", ".join(settings.allowed_prometheus_urls) or "none"
             problems.append(
-                Problem(
+                FieldError(
                     "spec.autoscaling.prometheusURL",
                     f"is not a Prometheus the operator allows (allowed: {allowed}): it sends that URL no query and "
                     "reads no prometheusAuth Secret for it, so the fleet does not autoscale; omit prometheusURL to "
@@ -85,11 +86,11 @@ def printable(text: str, limit: int = MAX_LINE_CHARS) -> str:
     return text if len(text) <= limit else f"{text[: limit - 40]}... ({len(text) - limit + 40} more characters)"
 
 
-def _shown(errors: list[Problem]) -> list[Problem]:
-    return [Problem(printable(e.field, 200), printable(e.message)) for e in errors[:MAX_ERROR_LINES]]
+def _shown(errors: list[FieldError]) -> list[FieldError]:
+    return [FieldError(printable(e.field, 200), printable(e.message)) for e in errors[:MAX_ERROR_LINES]]
 
 
-def _print_errors(source: str, errors: list[Problem]) -> None:
+def _print_errors(source: str, errors: list[FieldError]) -> None:
     for error in _shown(errors):
         print(f"error: {printable(source, 200)}: {error}", file=sys.stderr)
     if len(errors) > MAX_ERROR_LINES:
@@ -155,7 +156,7 @@ def _plan_concurrency(args: argparse.Namespace) -> tuple[float, SGLangDeployment
     cr = load_cr(args.file)
     spec, errors = parse_spec(cr.raw_spec, strict=True)
     if spec is None:
-        _print_errors(cr.source, [Problem(e.field, e.message) for e in errors])
+        _print_errors(cr.source, errors)
         raise SpecInvalid
     return float(concurrency_per_replica(spec)), spec
 

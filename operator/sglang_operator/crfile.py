@@ -15,11 +15,12 @@ import sys
 from collections.abc import Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, BinaryIO, NamedTuple
+from typing import Any, BinaryIO
 
 import yaml
 
 from .api.constants import API_VERSION, KIND
+from .api.rule import FieldError
 
 MAX_BYTES = 1 << 20
 """The largest CR file read (the API server's own limit on an object is 1.5 MiB of JSON; real CRs are a few KiB)."""
@@ -210,16 +211,6 @@ def _brief(value: Any) -> str:
     return text if len(text) <= 60 else text[:57] + "..."
 
 
-class Problem(NamedTuple):
-    """One thing wrong with a CR: the dotted field and what is wrong with it."""
-
-    field: str
-    message: str
-
-    def __str__(self) -> str:
-        return f"{self.field}: {self.message}"
-
-
 @dataclass(frozen=True)
 class CRMeta:
     name: str
@@ -234,19 +225,19 @@ class LoadedCR:
     source: str
     meta: CRMeta
     raw_spec: Any
-    meta_errors: list[Problem] = field(default_factory=list)
+    meta_errors: list[FieldError] = field(default_factory=list)
     """(field, message) of metadata that is not what the API server accepts at all (not a map, not strings)."""
 
 
-def _metadata(doc: dict[Any, Any]) -> tuple[CRMeta, list[Problem]]:
+def _metadata(doc: dict[Any, Any]) -> tuple[CRMeta, list[FieldError]]:
     raw = doc.get("metadata")
     if raw is None:
         raw = {}
     if not isinstance(raw, dict):
         return CRMeta("", "default", PLACEHOLDER_UID), [
-            Problem("metadata", f"must be an object with at least a name (got {_brief(raw)}).")
+            FieldError("metadata", f"must be an object with at least a name (got {_brief(raw)}).")
         ]
-    errors: list[Problem] = []
+    errors: list[FieldError] = []
     values: dict[str, str] = {}
     for key, default in (("name", ""), ("namespace", "default"), ("uid", PLACEHOLDER_UID)):
         value = raw.get(key)
@@ -256,7 +247,7 @@ def _metadata(doc: dict[Any, Any]) -> tuple[CRMeta, list[Problem]]:
             values[key] = value
         else:
             values[key] = default
-            errors.append(Problem(f"metadata.{key}", f"must be a string (got {_brief(value)})."))
+            errors.append(FieldError(f"metadata.{key}", f"must be a string (got {_brief(value)})."))
     return CRMeta(values["name"], values["namespace"], values["uid"]), errors
 
 
