@@ -206,7 +206,7 @@ def cmd_plan(args: argparse.Namespace) -> int:
 
 def cmd_run(args: argparse.Namespace) -> int:
     from .controller import leader
-    from .controller.runner import LeaderElection, run_operator
+    from .controller.runner import LeaderElection, operator_environment, run_operator
 
     election = None
     if args.leader_elect:
@@ -215,11 +215,8 @@ def cmd_run(args: argparse.Namespace) -> int:
             name=args.leader_election_name or leader.LEASE_NAME,
             identity=leader.new_identity(args.leader_election_identity),
         )
-    return run_operator(
-        namespaces=args.namespace or [],
+    environment = operator_environment(
         prometheus_url=args.prometheus_url,
-        verbose=args.verbose,
-        liveness=args.liveness,
         prometheus_token_file=args.prometheus_bearer_token_file,
         prometheus_ca_file=args.prometheus_ca_file,
         allowed_prometheus_urls=args.allow_prometheus_url or [],
@@ -228,6 +225,12 @@ def cmd_run(args: argparse.Namespace) -> int:
         operator_pod_labels=args.operator_pod_labels,
         prometheus_namespace_labels=args.prometheus_namespace_labels,
         prometheus_pod_labels=args.prometheus_pod_labels,
+    )
+    return run_operator(
+        namespaces=args.namespace or [],
+        verbose=args.verbose,
+        liveness=args.liveness,
+        environment=environment,
         leader_election=election,
         metrics_port=args.metrics_port,
         metrics_address=args.metrics_address,

@@ -178,29 +178,16 @@ def start_leading(elector: leader.LeaderElector, stop: threading.Event) -> list[
 
 def run_operator(
     namespaces: list[str],
-    prometheus_url: str | None,
     verbose: bool,
     liveness: str | None = None,
-    prometheus_token_file: str | None = None,
-    prometheus_ca_file: str | None = None,
-    allowed_prometheus_urls: list[str] | None = None,
-    allowed_host_paths: list[str] | None = None,
-    operator_namespace: str | None = None,
-    operator_pod_labels: str | None = None,
-    prometheus_namespace_labels: str | None = None,
-    prometheus_pod_labels: str | None = None,
+    environment: dict[str, str] | None = None,
     leader_election: LeaderElection | None = None,
     metrics_port: int = 0,
     metrics_address: str = "0.0.0.0",
 ) -> int:
     """Run until kopf stops (0), a standby is stopped (0), or the Lease is lost (`LOST_LEASE_EXIT_CODE`)."""
     logging.basicConfig(level=logging.DEBUG if verbose else logging.INFO, format="%(asctime)s %(name)s %(message)s")
-    os.environ.update(
-        operator_environment(
-            prometheus_url, prometheus_token_file, prometheus_ca_file, allowed_prometheus_urls, allowed_host_paths,
-            operator_namespace, operator_pod_labels, prometheus_namespace_labels, prometheus_pod_labels,
-        )
-    )  # fmt: skip
+    os.environ.update(environment or {})  # the settings' variables, from `operator_environment`
     from ..autoscaling import daemon  # noqa: F401  (registers the autoscaler)
     from . import handlers  # noqa: F401  (registers the handlers)
     from .kube import api_client
