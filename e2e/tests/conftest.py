@@ -20,7 +20,7 @@ from kubernetes.client.rest import ApiException
 
 from localcluster import cluster as localcluster
 from localcluster.cluster import ClusterInfo
-from localcluster.fleet import create_namespace
+from localcluster.fleet import OperatorProcess, create_namespace, install_crd
 
 E2E_TESTS = Path(__file__).resolve().parent
 
@@ -64,3 +64,14 @@ def namespace(request: pytest.FixtureRequest, core: client.CoreV1Api) -> Iterato
     except ApiException as err:
         if err.status != 404:
             raise
+
+
+@pytest.fixture
+def operator(cluster: ClusterInfo, api_client: client.ApiClient, namespace: str) -> Iterator[OperatorProcess]:
+    """`sglang-operator run` for the test's namespace with the chart's defaults (no host path, no per-CR Prometheus
+    URL allowed), the CRD installed; tests that need other flags define their own."""
+    install_crd(api_client)
+    log = cluster.state_dir / "logs" / f"operator-{namespace}.log"
+    proc = OperatorProcess(cluster.kubeconfig, [namespace], log).start()
+    yield proc
+    proc.stop()

@@ -9,7 +9,7 @@ from __future__ import annotations
 import subprocess
 import sys
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -31,15 +31,6 @@ from localcluster.fleet import (
 from localcluster.nodeagent import faults
 from localcluster.procs import wait_for
 from sglang_operator.controller.reconcile import Reconciler
-
-
-@pytest.fixture
-def operator(cluster: ClusterInfo, api_client: client.ApiClient, namespace: str) -> Iterator[OperatorProcess]:
-    install_crd(api_client)
-    log = cluster.state_dir / "logs" / f"operator-{namespace}.log"
-    proc = OperatorProcess(cluster.kubeconfig, [namespace], log).start()
-    yield proc
-    proc.stop()
 
 
 @pytest.fixture

@@ -13,27 +13,17 @@ Every wait polls a condition with a deadline.
 
 from __future__ import annotations
 
-from collections.abc import Iterator
 from typing import Any
 
 import pytest
 from kubernetes import client
 
 from localcluster.cluster import ClusterInfo
-from localcluster.fleet import Fleet, OperatorProcess, install_crd, simulated_example
+from localcluster.fleet import Fleet, simulated_example
 from localcluster.nodeagent import faults
 from localcluster.procs import wait_for
 
 SMG_ERROR_BODY_WORDS = ("Missing API key", "invalid_api_key", "invalid_request_error", "error")
-
-
-@pytest.fixture
-def operator(cluster: ClusterInfo, api_client: client.ApiClient, namespace: str) -> Iterator[OperatorProcess]:
-    install_crd(api_client)
-    log = cluster.state_dir / "logs" / f"operator-{namespace}.log"
-    proc = OperatorProcess(cluster.kubeconfig, [namespace], log).start()
-    yield proc
-    proc.stop()
 
 
 def quickstart(replicas: int, **spec: Any) -> dict[str, Any]:

@@ -17,7 +17,7 @@ from kubernetes import client, config
 from kubernetes.client.exceptions import ApiException
 
 from localcluster.cluster import ClusterInfo
-from localcluster.fleet import Fleet, OperatorProcess, install_crd, simulated_example
+from localcluster.fleet import Fleet, install_crd, simulated_example
 from localcluster.procs import wait_for
 from sglang_operator.api.constants import GROUP, PLURAL, VERSION
 
@@ -67,15 +67,6 @@ def tenant(cluster: ClusterInfo, api_client: client.ApiClient, namespace: str) -
     api = config.new_client_from_config(str(cluster.kubeconfig))
     api.set_default_header("Impersonate-User", TENANT)
     return api
-
-
-@pytest.fixture
-def operator(cluster: ClusterInfo, api_client: client.ApiClient, namespace: str) -> Iterator[OperatorProcess]:
-    """The operator with the chart's defaults: no host path and no per-CR Prometheus URL allowed."""
-    log = cluster.state_dir / "logs" / f"operator-{namespace}.log"
-    proc = OperatorProcess(cluster.kubeconfig, [namespace], log).start()
-    yield proc
-    proc.stop()
 
 
 def _cr(name: str, spec: dict[str, Any]) -> dict[str, Any]:
