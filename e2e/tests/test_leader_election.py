@@ -45,6 +45,15 @@ def lease_holder(api: client.ApiClient, namespace: str) -> str | None:
     return str(lease.spec.holder_identity or "") or None
 
 
+def announced_drains(api: client.ApiClient, namespace: str) -> list[str]:
+    """The replica indices the ScalingDown events announce, one entry per announcement."""
+    events = client.CoreV1Api(api).list_namespaced_event(namespace).items
+    return [
+        index for e in events if e.reason == "ScalingDown" for _ in range(e.count or 1)
+        for index in e.message.split("[", 1)[1].split("]", 1)[0].split(", ")
+    ]  # fmt: skip
+
+
 class Invariants:
     """The checks made at every poll, and the polling loop that makes them."""
 
@@ -156,7 +165,17 @@ def test_killed_leader_mid_drain_is_replaced_within_15s_without_a_second_writer(
         def draining() -> list[Any]:
             return [p for p in fleet.pods() if DRAINING in (p.metadata.annotations or {})]
 
-        watch.wait(lambda: bool(draining()), 60, "a replica draining")
+        # The leader marks the pods, then posts the drain's event: two API calls no process can make atomic. Kill
+        # it once both are done, so the kill does not land between them (a drain marked but not yet announced is
+        # resumed silently by design: the new leader does not start it again, so it does not announce it).
+        watch.wait(
+            lambda: (
+                bool(marked := {p.metadata.labels["sglang.ai/replica"] for p in draining()})
+                and marked <= set(announced_drains(api_client, namespace))
+            ),
+            60,
+            "a replica draining and its drain announced",
+        )
         marks = {p.metadata.name: p.metadata.annotations[DRAINING] for p in draining()}
         holder = lease_holder(api_client, namespace)
         assert holder is not None and holder.startswith("op-a_")
@@ -183,10 +202,6 @@ def test_killed_leader_mid_drain_is_replaced_within_15s_without_a_second_writer(
         assert all(future.result(timeout=120) == 200 for future in in_flight), "an in-flight request was lost"
 
     assert not set(marks) & {p.metadata.name for p in fleet.pods()}, "a drained replica survived"
-    events = client.CoreV1Api(api_client).list_namespaced_event(namespace).items
-    announced = [
-        index for e in events if e.reason == "ScalingDown" for _ in range(e.count or 1)
-        for index in e.message.split("[", 1)[1].split("]", 1)[0].split(", ")
-    ]  # fmt: skip
+    announced = announced_drains(api_client, namespace)
     assert sorted(announced) == sorted(set(announced)) and len(announced) == 2, announced  # each drain, once
     assert watch.polls > 20
