@@ -42,7 +42,7 @@ from ..settings import OperatorSettings, load_settings
 from ..topology import topology
 from .credentials import CA_FILE_ENV, TOKEN_FILE_ENV, operator_credentials, resolve_credentials
 from .policy import decide
-from .prometheus import fetch_samples
+from .prometheus import Credentials, fetch_samples
 from .signals import Decision, FleetState, Samples, history_from_state, history_to_state
 
 PROMETHEUS_URL_ENV = "SGLANG_OPERATOR_PROMETHEUS_URL"
@@ -183,22 +183,32 @@ def read_metrics(
     """The deployment's signals; (None, why) without a URL, with credentials that cannot be read, or when an
     essential query failed. A CR's own prometheusURL is read with its own prometheusAuth. The operator's default
     URL is read with the CR's prometheusAuth when it names one, else with the operator's own credentials."""
+    url, credentials, error = prometheus_access(core, namespace, autoscaling)
+    if url is None or credentials is None:
+        return None, error
+    return fetch_samples(url, namespace, name, autoscaling, now, credentials=credentials)
+
+
+def prometheus_access(
+    core: client.CoreV1Api, namespace: str, autoscaling: AutoscalingSpec
+) -> tuple[str | None, Credentials | None, str | None]:
+    """(url, credentials, None) of the Prometheus a CR is read from, or (None, None, why not); the autoscaler and
+    the fleet doctor both read through it, so both obey the same allow-list and credentials."""
     url = autoscaling.prometheus_url or os.environ.get(PROMETHEUS_URL_ENV)
     if not url:
-        return None, "no Prometheus URL: set spec.autoscaling.prometheusURL or --prometheus-url"
+        return None, None, "no Prometheus URL: set spec.autoscaling.prometheusURL or --prometheus-url"
     if autoscaling.prometheus_url and not prometheus_url_allowed(autoscaling.prometheus_url, load_settings()):
         # Checked before anything is read or sent: no request to that URL, no Secret of prometheusAuth read.
-        return None, (
+        why = (
             f"prometheusURL {autoscaling.prometheus_url[:200]!r} is not allowed by the operator's settings "
             "(--allow-prometheus-url)"
         )
+        return None, None, why
     if autoscaling.prometheus_url or autoscaling.prometheus_auth != PrometheusAuth():
         credentials, error = resolve_credentials(core, namespace, autoscaling.prometheus_auth)
     else:
         credentials, error = operator_credentials(os.environ.get(TOKEN_FILE_ENV), os.environ.get(CA_FILE_ENV))
-    if credentials is None:
-        return None, error
-    return fetch_samples(url, namespace, name, autoscaling, now, credentials=credentials)
+    return (url, credentials, None) if credentials is not None else (None, None, error)
 
 
 def prometheus_url_allowed(url: str, settings: OperatorSettings) -> bool:
