@@ -31,10 +31,11 @@ CRD_FILE = "sglang.ai_sglangdeployments.yaml"
 REPO_ROOT = CHART_DIR.parent.parent
 
 # Every (apiGroup, resource) the operator calls and the verbs it uses: controller/apply.py and reconcile.py
-# (pods list/create/patch/delete; services, deployments, the PodMonitor and the NetworkPolicy get/create/patch and
-# delete once no longer rendered; the Secrets a CR names get; events; the CR get and its status patch) and kopf
-# (watches pods, services, deployments, PodMonitors and NetworkPolicies for the indexes reconcile reads, and the
-# CR; patches the CR's finalizer and annotations, posts events, watches CRDs for its resource discovery).
+# (pods list/create/patch/delete; services, deployments, the PodMonitor, the NetworkPolicy and the InferencePool
+# get/create/patch and delete once no longer rendered; the Secrets a CR names get; events; the CR get and its status
+# patch) and kopf (watches pods, services, deployments, PodMonitors, NetworkPolicies and InferencePools for the
+# indexes reconcile reads, and the CR; patches the CR's finalizer and annotations, posts events, watches CRDs for its
+# resource discovery).
 NAMESPACED_PERMISSIONS: dict[tuple[str, str], set[str]] = {
     ("", "pods"): {"list", "watch", "create", "patch", "delete"},
     ("", "services"): {"list", "watch", "get", "create", "patch", "delete"},
@@ -45,6 +46,7 @@ NAMESPACED_PERMISSIONS: dict[tuple[str, str], set[str]] = {
     ("sglang.ai", "sglangdeployments/status"): {"patch"},
     ("monitoring.coreos.com", "podmonitors"): {"list", "watch", "get", "create", "patch", "delete"},
     ("networking.k8s.io", "networkpolicies"): {"list", "watch", "get", "create", "patch", "delete"},
+    ("inference.networking.k8s.io", "inferencepools"): {"list", "watch", "get", "create", "patch", "delete"},
 }
 CLUSTER_PERMISSIONS: dict[tuple[str, str], set[str]] = {
     ("apiextensions.k8s.io", "customresourcedefinitions"): {"list", "watch"},

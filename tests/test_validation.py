@@ -167,6 +167,8 @@ CASES: list[tuple[str, str, dict[str, Any], dict[str, Any]]] = [
     ("spec.router.stickySessions.headers", "at least one header",
      {"router": {"stickySessions": {"enabled": True, "headers": []}}},
      {"router": {"stickySessions": {"enabled": True, "headers": ["x-user"]}}}),
+    ("spec.inferencePool.endpointPickerRef.name", "Endpoint Picker", {"inferencePool": {"enabled": True}},
+     {"inferencePool": {"enabled": True, "endpointPickerRef": {"name": "chat-epp"}}}),
     ("spec.engine.args", "flags the operator sets", {"engine": {"args": ["--tp", "2"]}},
      {"engine": {"args": ["--chunked-prefill-size", "4096"]}}),
     ("spec.router.args", "flags the operator sets", {"router": {"args": ["--service-discovery"]}},

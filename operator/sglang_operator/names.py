@@ -32,3 +32,8 @@ def network_policy(deployment: str) -> str:
     """The NetworkPolicy that admits only the fleet's routers, its other workers, the operator and Prometheus to
     its worker pods (named like the workers' Service: another kind, so no clash)."""
     return f"{deployment}-workers"
+
+
+def inference_pool(deployment: str) -> str:
+    """The Gateway API Inference Extension InferencePool over the fleet's registered workers."""
+    return deployment

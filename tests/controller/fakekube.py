@@ -17,7 +17,11 @@ from typing import Any
 
 from kubernetes.client.exceptions import ApiException
 
-KIND_OF_PLURAL = {"podmonitors": "PodMonitor", "sglangdeployments": "SGLangDeployment"}
+KIND_OF_PLURAL = {
+    "podmonitors": "PodMonitor",
+    "inferencepools": "InferencePool",
+    "sglangdeployments": "SGLangDeployment",
+}
 
 
 @dataclass

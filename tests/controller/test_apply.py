@@ -22,6 +22,7 @@ def everything_on() -> SGLangDeploymentSpec:
     return SGLangDeploymentSpec.model_validate({
         "model": {"path": "org/model"}, "parallelism": {"nnodes": 2},
         "router": {"enabled": True}, "monitoring": {"podMonitor": True}, "networkPolicy": {"enabled": True},
+        "inferencePool": {"enabled": True, "endpointPickerRef": {"name": "chat-epp"}},
     })  # fmt: skip
 
 
@@ -145,7 +146,7 @@ def test_delete_child_is_guarded_by_the_objects_uid() -> None:
     }
 
 
-@pytest.mark.parametrize("kind", ["Service", "Deployment", "PodMonitor", "NetworkPolicy"])
+@pytest.mark.parametrize("kind", ["Service", "Deployment", "PodMonitor", "NetworkPolicy", "InferencePool"])
 def test_every_child_kind_is_written_with_a_deadline(kind: str) -> None:
     w, fake = writer()  # the fake fails any call without _request_timeout
     child = next(c for c in shared_children(everything_on(), OWNER) if c["kind"] == kind)

@@ -61,6 +61,8 @@ Permissions on namespaced resources: exactly the API calls the operator (control
   podmonitors        the optional prometheus-operator PodMonitor (list, watch, get, create, patch, delete like
                      other children)
   networkpolicies    the optional per-fleet NetworkPolicy (spec.networkPolicy.enabled): the same verbs
+  inferencepools     the optional Gateway API Inference Extension InferencePool (spec.inferencePool.enabled): the
+                     same verbs
 */}}
 {{- define "sglang-operator.namespacedRules" -}}
 - apiGroups: [""]
@@ -89,6 +91,9 @@ Permissions on namespaced resources: exactly the API calls the operator (control
   verbs: ["list", "watch", "get", "create", "patch", "delete"]
 - apiGroups: ["networking.k8s.io"]
   resources: ["networkpolicies"]
+  verbs: ["list", "watch", "get", "create", "patch", "delete"]
+- apiGroups: ["inference.networking.k8s.io"]
+  resources: ["inferencepools"]
   verbs: ["list", "watch", "get", "create", "patch", "delete"]
 {{- end }}
 

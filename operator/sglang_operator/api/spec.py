@@ -17,6 +17,7 @@ from .constants import (
     DEFAULT_ROUTER_PORT,
     DEFAULT_SGLANG_IMAGE,
 )
+from .inferencepool import InferencePoolSpec
 from .podtemplate import ABSOLUTE_PATH, EnvVar, PodTemplateOverrides
 from .podtypes import DNS_SUBDOMAIN, QUANTITY
 from .releases import SUPPORTED_RANGE, VERSION_PATTERN, image_tag_version
@@ -458,6 +459,7 @@ class SGLangDeploymentSpec(SpecModel):
     update_strategy: UpdateStrategy = Field(default_factory=UpdateStrategy)
     monitoring: MonitoringSpec = Field(default_factory=MonitoringSpec)
     network_policy: NetworkPolicySpec = Field(default_factory=NetworkPolicySpec)
+    inference_pool: InferencePoolSpec = Field(default_factory=InferencePoolSpec)
 
     @property
     def served_model_name(self) -> str:

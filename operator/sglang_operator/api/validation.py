@@ -495,6 +495,13 @@ RULES: tuple[Rule, ...] = (
         cel="!self.router.stickySessions.enabled || size(self.router.stickySessions.headers) > 0",
         holds=lambda s: not s.router.sticky_sessions.enabled or len(s.router.sticky_sessions.headers) > 0,
     ),
+    Rule(
+        field="spec.inferencePool.endpointPickerRef.name",
+        message="must name the Endpoint Picker (its Service) when the InferencePool is enabled; the InferencePool "
+        "API requires one.",
+        cel="!self.inferencePool.enabled || has(self.inferencePool.endpointPickerRef.name)",
+        holds=lambda s: not s.inference_pool.enabled or s.inference_pool.endpoint_picker_ref.name is not None,
+    ),
     *TENANT_RULES,
     *RELEASE_RULES,
 )

@@ -74,6 +74,7 @@ def possible_children(deployment: str) -> list[ChildRef]:
             ChildRef("v1", "Service", names.router(deployment)),
             ChildRef("monitoring.coreos.com/v1", "PodMonitor", names.pod_monitor(deployment)),
             ChildRef("networking.k8s.io/v1", "NetworkPolicy", names.network_policy(deployment)),
+            ChildRef("inference.networking.k8s.io/v1", "InferencePool", names.inference_pool(deployment)),
         ]
     )
 
@@ -141,12 +142,23 @@ class Writer:
                 raise
         self.expected.deleted.add(name)
 
-    def annotate_pod(self, namespace: str, name: str, uid: str | None, annotations: dict[str, str]) -> None:
-        """Apply the operator's bookkeeping annotations of one pod: exactly `annotations` (a key the operator applied
-        before and leaves out is removed; keys others set stay). The uid makes sure it is that pod, not one created
-        under its name since: a replaced or deleted pod is left alone."""
+    def annotate_pod(
+        self,
+        namespace: str,
+        name: str,
+        uid: str | None,
+        annotations: dict[str, str],
+        labels: dict[str, str | None] | None = None,
+    ) -> None:
+        """Apply the operator's bookkeeping annotations (and labels: the InferencePool membership) of one pod: exactly
+        `annotations` and `labels` (a key the operator applied before and leaves out is removed; keys others set
+        stay; a label given as None is one the apply leaves out, so it is removed). The uid makes sure it is that pod,
+        not one created under its name since: a replaced or deleted pod is left alone."""
         self._count("annotate_pod")
         meta: dict[str, Any] = {"name": name, "namespace": namespace, "annotations": dict(annotations)}
+        carried = {key: value for key, value in (labels or {}).items() if value is not None}
+        if carried:
+            meta["labels"] = carried
         if uid:
             meta["uid"] = uid
         try:
@@ -159,6 +171,8 @@ class Writer:
                 raise
             return
         self.expected.annotated[name] = dict(annotations)
+        if labels is not None:
+            self.expected.labelled[name] = dict(labels)
 
     # -- other children ----------------------------------------------------------------------------------------
     def _verbs(self, ref: ChildRef) -> dict[str, Callable[..., Any]]:

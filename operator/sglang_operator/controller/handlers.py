@@ -113,6 +113,11 @@ async def sgld_podmonitors(namespace: str | None, name: str | None, body: kopf.B
     return _child_index(namespace, name, body)
 
 
+@kopf.index("inference.networking.k8s.io", "v1", "inferencepools")
+async def sgld_inferencepools(namespace: str | None, name: str | None, body: kopf.Body, **_: Any) -> Any:
+    return _child_index(namespace, name, body)
+
+
 class _Children(Mapping[ChildKey, Any]):
     """The four child indexes as one mapping by (namespace, kind, name)."""
 
@@ -136,6 +141,7 @@ def children_view(**indexes: Any) -> _Children:
     return _Children({
         "Service": indexes["sgld_services"], "Deployment": indexes["sgld_deployments"],
         "NetworkPolicy": indexes["sgld_networkpolicies"], "PodMonitor": indexes["sgld_podmonitors"],
+        "InferencePool": indexes["sgld_inferencepools"],
     })  # fmt: skip
 
 

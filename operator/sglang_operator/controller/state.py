@@ -108,11 +108,13 @@ class Expectations:
     created: set[str] = field(default_factory=set)
     deleted: set[str] = field(default_factory=set)
     annotated: dict[str, dict[str, str | None]] = field(default_factory=dict)
+    labelled: dict[str, dict[str, str | None]] = field(default_factory=dict)
+    """Pod -> the bookkeeping labels its last apply set (None: removed)."""
     since: float = 0.0
 
     @property
     def empty(self) -> bool:
-        return not (self.created or self.deleted or self.annotated)
+        return not (self.created or self.deleted or self.annotated or self.labelled)
 
 
 def unmet(expected: Expectations, pods: Iterable[Mapping[str, Any]]) -> list[str]:
@@ -129,6 +131,11 @@ def unmet(expected: Expectations, pods: Iterable[Mapping[str, Any]]) -> list[str
             continue  # gone: nothing left to see
         live = (pod.get("metadata") or {}).get("annotations") or {}
         if any(live.get(key) != value for key, value in annotations.items()):
+            missing.append(pod_name)
+    for pod_name, labels in sorted(expected.labelled.items()):
+        pod = by_name.get(pod_name)
+        live = ((pod or {}).get("metadata") or {}).get("labels") or {}
+        if pod is not None and pod_name not in missing and any(live.get(k) != v for k, v in labels.items()):
             missing.append(pod_name)
     return missing
 

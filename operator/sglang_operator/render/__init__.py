@@ -4,6 +4,7 @@ from typing import Any
 
 from ..api.spec import SGLangDeploymentSpec
 from ..settings import OperatorSettings
+from .inferencepool import inference_pool
 from .meta import Owner
 from .monitoring import pod_monitor
 from .network import workers_network_policy
@@ -30,6 +31,8 @@ def shared_children(
         children.append(pod_monitor(spec, owner))
     if spec.network_policy.enabled:
         children.append(workers_network_policy(spec, owner, settings.network))
+    if spec.inference_pool.enabled:
+        children.append(inference_pool(spec, owner))
     return children
 
 
