@@ -3,7 +3,7 @@ PY      ?= .venv/bin/python
 VENV    := .venv
 export PATH := $(abspath $(VENV))/bin:$(PATH)
 
-.PHONY: install test unit e2e lint typecheck crds manifests demo cluster-up cluster-down clean
+.PHONY: install test unit e2e lint typecheck crds manifests demo cluster-up cluster-down clean image
 
 $(VENV)/.installed: pyproject.toml
 	python3 -m venv $(VENV)
@@ -49,6 +49,19 @@ cluster-down: install
 ## Demo: local cluster + operator + quickstart example, requests through the router, scale up and down.
 demo: install
 	$(PY) -m localcluster.demo $(DEMO_ARGS)
+
+## The operator image, tagged as the chart runs it by default (image.repository : appVersion), with docker, buildah or
+## podman, whichever is installed. Into kind: kind load docker-image $(IMAGE)  (docs/operations.md, "Image").
+IMAGE ?= ghcr.io/sglang-operator/sglang-operator:$(shell sed -n 's/^appVersion: *"\{0,1\}\([^"]*\)"\{0,1\}$$/\1/p' charts/sglang-operator/Chart.yaml)
+image:
+	@if command -v docker >/dev/null 2>&1 && docker info >/dev/null 2>&1; then set -x; docker build -t $(IMAGE) .; \
+	elif command -v buildah >/dev/null 2>&1; then set -x; buildah build -t $(IMAGE) .; \
+	elif command -v podman >/dev/null 2>&1; then set -x; podman build -t $(IMAGE) .; \
+	elif command -v docker >/dev/null 2>&1; then \
+	echo "make image: docker is installed but its daemon does not answer (docker info failed), and neither buildah" \
+	"nor podman is installed: start the Docker daemon or install buildah to build $(IMAGE)" >&2; exit 1; \
+	else echo "make image: no container builder found (docker, buildah or podman): install one to build $(IMAGE)" >&2; \
+	exit 1; fi
 
 clean:
 	rm -rf $(VENV) e2e/.bin e2e/.state
