@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 from typing import Any
 
 import pytest
@@ -10,6 +11,7 @@ from kubernetes.client.exceptions import ApiException
 
 from localcluster.fleet import install_crd
 from tests.test_validation import CASES, with_model
+from tests.test_worker_groups import FLEET_CASES, GROUP_CASES
 
 
 def _dry_run(api_client: client.ApiClient, namespace: str, spec: dict[str, Any]) -> str | None:
@@ -47,3 +49,23 @@ def test_long_names_are_rejected(api_client: client.ApiClient, namespace: str, n
             "sglang.ai", "v1alpha1", namespace, "sglangdeployments", body, dry_run="All"
         )
     assert "at most 40 characters" in str(caught.value.body)
+
+
+def test_every_rule_is_enforced_for_every_worker_group_at_admission(
+    api_client: client.ApiClient, namespace: str
+) -> None:
+    """The CEL that `groups.group_cel` derives, on the real API server: each rule once per group, and the fleet's
+    own group rules, with the same messages as `validate`."""
+    install_crd(api_client)
+    mismatches = []
+    cases = [(rule.message, failing, passing) for rule, failing, passing in GROUP_CASES] + [
+        (fragment, with_model(failing), with_model(passing)) for fragment, failing, passing in FLEET_CASES
+    ]
+    for message, failing, passing in cases:
+        rejected = _dry_run(api_client, namespace, failing)
+        if rejected is None or message not in json.loads(rejected).get("message", ""):
+            mismatches.append(f"{message[:60]}: failing spec answered {rejected!r}")
+        accepted = _dry_run(api_client, namespace, passing)
+        if accepted is not None:
+            mismatches.append(f"{message[:60]}: passing spec rejected: {accepted}")
+    assert not mismatches, "\n".join(mismatches)

@@ -1,8 +1,17 @@
 """Names of every child object, derived deterministically from the CR's name, so no state is needed to find them."""
 
 
-def worker_pod(deployment: str, revision: str, replica: int, rank: int) -> str:
-    return f"{deployment}-{revision}-{replica}-{rank}"
+def worker_pod(deployment: str, revision: str, replica: int, rank: int, group: str = "") -> str:
+    """`<deployment>-<revision>-<replica>-<rank>`, with the worker group after the deployment when it has one (the
+    implicit group's pods keep the names they had before groups existed)."""
+    prefix = f"{deployment}-{group}" if group else deployment
+    return f"{prefix}-{revision}-{replica}-{rank}"
+
+
+def worker_hostname(deployment: str, revision: str, replica: int, rank: int, group: str = "") -> str:
+    """The hostname of a multi-node replica's pod under the workers' Service: a DNS label (<= 63 characters), so a
+    named group's pods leave the deployment's name out (the Service is the deployment's already)."""
+    return f"{group}-{revision}-{replica}-{rank}" if group else worker_pod(deployment, revision, replica, rank)
 
 
 def workers_service(deployment: str) -> str:
@@ -19,9 +28,10 @@ def pod_monitor(deployment: str) -> str:
     return deployment
 
 
-def dist_init_host(deployment: str, namespace: str, revision: str, replica: int) -> str:
+def dist_init_host(deployment: str, namespace: str, revision: str, replica: int, group: str = "") -> str:
     """DNS name of rank 0 of a replica: `<hostname>.<subdomain>.<namespace>.svc` through the headless Service."""
-    return f"{worker_pod(deployment, revision, replica, 0)}.{workers_service(deployment)}.{namespace}.svc"
+    hostname = worker_hostname(deployment, revision, replica, 0, group)
+    return f"{hostname}.{workers_service(deployment)}.{namespace}.svc"
 
 
 def router_endpoint(deployment: str, namespace: str, port: int) -> str:

@@ -3,7 +3,7 @@
 from sglang_operator.api.spec import SGLangDeploymentSpec
 from sglang_operator.controller.observed import ReplicaView, group_replicas
 from sglang_operator.controller.routers import RouterState
-from sglang_operator.controller.status import RouterObservation, compute_status, merge_conditions
+from sglang_operator.controller.status import GroupObservation, RouterObservation, compute_status, merge_conditions
 from sglang_operator.router.client import RouterWorker
 from sglang_operator.router.membership import plan_membership
 
@@ -45,8 +45,9 @@ def test_group_replicas_reads_labels_ip_and_readiness() -> None:
 def _status(replicas: list[ReplicaView], previous: dict[str, object], now: str) -> dict[str, object]:
     spec = SGLangDeploymentSpec.model_validate({"model": {"path": "m"}, "parallelism": {"tp": 2}})
     router = RouterObservation(enabled=True, ready_pods=1, registered=len(replicas), synced=True)
-    return compute_status(name="d", namespace="ns", generation=3, spec=spec, desired=2, revision="r1",
-                          replicas=replicas, router=router, failed_replicas=0, previous=previous, now=now)  # fmt: skip
+    group = GroupObservation(name="", spec=spec, desired=2, revision="r1", replicas=replicas)
+    return compute_status(name="d", namespace="ns", generation=3, spec=spec, groups=[group], router=router,
+                          failed_replicas=0, previous=previous, now=now)  # fmt: skip
 
 
 def test_status_counts_and_conditions() -> None:

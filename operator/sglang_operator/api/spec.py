@@ -17,6 +17,7 @@ from .constants import (
     DEFAULT_ROUTER_PORT,
     DEFAULT_SGLANG_IMAGE,
 )
+from .diagnostics import DiagnosticsSpec
 from .inferencepool import InferencePoolSpec
 from .podtemplate import ABSOLUTE_PATH, EnvVar, PodTemplateOverrides
 from .podtypes import DNS_SUBDOMAIN, QUANTITY
@@ -447,6 +448,53 @@ class NetworkPolicySpec(SpecModel):
     enabled: bool = Field(default=False, description="Render a NetworkPolicy that isolates the workers.")
 
 
+GROUP_NAME = r"^[a-z]([-a-z0-9]*[a-z0-9])?$"
+
+
+class GroupEngineSpec(SpecModel):
+    """The engine fields a worker group may set for itself. Each one given replaces the top level's whole (a group's
+    `args` are its args, not appended to the top level's); the image, version, port and model are the fleet's."""
+
+    max_running_requests: int | None = Field(default=None, description="--max-running-requests per DP rank.")
+    mem_fraction_static: float | None = Field(default=None, description="--mem-fraction-static, in (0, 1).")
+    args: list[Arg] | None = Field(
+        default=None,
+        max_length=32,
+        description="This group's extra launch arguments (32 at most: each is checked per group at admission).",
+    )
+    env: list[EnvVar] | None = Field(default=None, max_length=64, description="This group's extra environment.")
+
+
+class GroupScaling(SpecModel):
+    """The bounds the built-in autoscaler keeps this group within when it sizes the fleet."""
+
+    min_replicas: int = Field(default=0, description="Replicas this group keeps at least.")
+    max_replicas: int = Field(default=10, description="Replicas this group grows to at most.")
+
+
+class WorkerGroupSpec(SpecModel):
+    """Replicas of one shape. A group states its parallelism; every other field it leaves out is the top level's
+    (docs/decisions.md, "Worker groups")."""
+
+    name: str = Field(
+        min_length=1,
+        max_length=15,
+        pattern=GROUP_NAME,
+        description="A DNS label, unique in the fleet; pod names and the sglang.ai/group label carry it.",
+    )
+    replicas: int | None = Field(
+        default=None,
+        description="This group's replica count. At most one group leaves it out: that group follows spec.replicas, "
+        "so `kubectl scale` and the /scale subresource size it.",
+    )
+    parallelism: ParallelismSpec
+    resources: ResourcesSpec | None = None
+    engine: GroupEngineSpec | None = None
+    template: PodTemplateOverrides | None = None
+    update_strategy: UpdateStrategy | None = None
+    autoscaling: GroupScaling = Field(default_factory=GroupScaling)
+
+
 class SGLangDeploymentSpec(SpecModel):
     model: ModelSpec
     engine: EngineSpec = Field(default_factory=EngineSpec)
@@ -460,6 +508,13 @@ class SGLangDeploymentSpec(SpecModel):
     monitoring: MonitoringSpec = Field(default_factory=MonitoringSpec)
     network_policy: NetworkPolicySpec = Field(default_factory=NetworkPolicySpec)
     inference_pool: InferencePoolSpec = Field(default_factory=InferencePoolSpec)
+    diagnostics: DiagnosticsSpec = Field(default_factory=DiagnosticsSpec)
+    worker_groups: list[WorkerGroupSpec] = Field(
+        default_factory=list,
+        max_length=8,
+        description="Replicas of different shapes behind the one router (e.g. tp=4 and tp=2 on one node). Empty: "
+        "the top-level fields are the one group.",
+    )
 
     @property
     def served_model_name(self) -> str:

@@ -43,9 +43,62 @@ class AutoscalerStatus(SpecModel):
     state: dict[str, Any] = Field(default_factory=dict, description="Policy memory (recommendations over time).")
 
 
+DiagnosticType = Literal["LoadImbalance", "SlowReplica", "CacheHitSpread", "SlowStart", "SlowScaleUp"]
+
+
+class DiagnosticFinding(SpecModel):
+    """One reported finding of the fleet doctor (`sglang_operator.doctor`)."""
+
+    type: DiagnosticType
+    replica: str = Field(default="", description="The replica's index (sglang.ai/replica); empty for the fleet.")
+    pod: str = Field(default="", description="The replica's rank-0 pod; empty for the fleet.")
+    node: str = Field(default="", description="The node the pod runs on.")
+    evidence: str = Field(description="What was measured, over which window, against what.")
+    action: str = Field(description="What to do about it.")
+    since: str = Field(description="When the finding was first reported.")
+
+
+class DiagnosticTrack(SpecModel):
+    """The doctor's hysteresis memory for one (type, subject): consecutive evaluations with and without it."""
+
+    type: DiagnosticType
+    subject: str = Field(default="", description="The pod the reading is about; empty for the fleet.")
+    seen: int = 0
+    missed: int = 0
+
+
+class DiagnosticsStatus(SpecModel):
+    """Written by the fleet doctor only (one merge patch of this field)."""
+
+    findings: list[DiagnosticFinding] = Field(default_factory=list, description="Findings reported now.")
+    tracking: list[DiagnosticTrack] = Field(
+        default_factory=list, description="Hysteresis memory: readings not yet reported, or reported and fading."
+    )
+    unknown: list[str] = Field(
+        default_factory=list, description="Signals the last evaluation could not read (their findings are held)."
+    )
+
+
+class WorkerGroupStatus(SpecModel):
+    """One worker group's replicas (spec.workerGroups), counted as the fleet's are."""
+
+    name: str
+    desired_replicas: int = 0
+    replicas: int = 0
+    ready_replicas: int = 0
+    updated_replicas: int = 0
+    registered_workers: int = Field(default=0, description="Its replicas listed by every router pod.")
+    gpus_per_replica: int = Field(default=0, alias="gpusPerReplica")
+    revision: str = ""
+
+
 class SGLangDeploymentStatus(SpecModel):
     observed_generation: int | None = None
-    replicas: int = 0
+    replicas: int = Field(
+        default=0,
+        description="Serving replicas of what /scale sizes: the fleet, or with worker groups the group that follows "
+        "spec.replicas (the fleet when no group does).",
+    )
     ready_replicas: int = 0
     updated_replicas: int = 0
     ready: str = Field(default="0/0", description="ready/desired replicas, for the READY printer column.")
@@ -58,3 +111,5 @@ class SGLangDeploymentStatus(SpecModel):
     qps: str = Field(default="", description="Requests/s through the fleet, for the QPS printer column.")
     conditions: list[Condition] = Field(default_factory=list)
     autoscaler: AutoscalerStatus | None = None
+    groups: list[WorkerGroupStatus] = Field(default_factory=list, description="Per worker group, when there are any.")
+    diagnostics: DiagnosticsStatus | None = None

@@ -16,6 +16,7 @@ from typing import Any, Union, get_args, get_origin
 from pydantic import BaseModel, ValidationError
 
 from ..settings import PodPolicy
+from .groups import FLEET_RULES, GroupRule, group_variant
 from .limits import UPPER_BOUNDS
 from .release_rules import RELEASE_RULES
 from .rule import FieldError, Rule
@@ -505,10 +506,17 @@ RULES: tuple[Rule, ...] = (
     *TENANT_RULES,
     *RELEASE_RULES,
 )
+# Every rule that reads a field a worker group sets, once more for each group; then the fleet's own group rules.
+RULES = RULES + tuple(v for v in map(group_variant, RULES) if v is not None) + FLEET_RULES
 
 
 def check_rules(spec: SGLangDeploymentSpec) -> list[FieldError]:
-    return [FieldError(rule.field, rule.message) for rule in RULES if not rule.holds(spec)]
+    errors: list[FieldError] = []
+    for rule in RULES:
+        if rule.holds(spec):
+            continue
+        errors += rule.failures(spec) if isinstance(rule, GroupRule) else [FieldError(rule.field, rule.message)]
+    return errors
 
 
 def parse_spec(raw: Any, strict: bool = False) -> tuple[SGLangDeploymentSpec | None, list[FieldError]]:

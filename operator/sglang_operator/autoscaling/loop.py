@@ -34,9 +34,9 @@ from ..api.constants import (
 from ..api.spec import AutoscalingSpec, PrometheusAuth, SGLangDeploymentSpec
 from ..api.validation import parse_spec
 from ..controller.apply import Writer
+from ..controller.fleet import desired_replicas
 from ..controller.kube import API_TIMEOUT
 from ..controller.observed import owned_by
-from ..controller.reconcile import desired_replicas
 from ..controller.status import condition, merge_conditions
 from ..settings import OperatorSettings, load_settings
 from ..topology import topology
@@ -153,7 +153,10 @@ def autoscale_once(
     samples, error = read_metrics(core, namespace, name, spec.autoscaling, now.timestamp())
     history = history_from_state(previous.get("state"))
     decision = decide(current, samples, spec.autoscaling, history, now.timestamp())
-    metrics.autoscaler_decided(namespace, name, decision.replicas, decision.mode)
+    limits = {"maxReplicas": spec.autoscaling.max_replicas}
+    if spec.autoscaling.max_gpus is not None:
+        limits["maxGPUs"] = spec.autoscaling.max_gpus // max(1, shape.gpus_per_replica)
+    metrics.autoscaler_decided(namespace, name, decision.replicas, decision.mode, decision.recommendation, limits)
     new = autoscaler_status(previous, decision, now, recommend_only)
     generation = int(body["metadata"].get("generation") or 0)
     available = condition(

@@ -38,17 +38,19 @@ from ..api.constants import (
 )
 from ..api.spec import SecretKeyRef, SGLangDeploymentSpec
 from ..api.validation import check_pod_policy, parse_spec
-from ..render import Owner, replica_pods, revision_hash, shared_children
+from ..render import Owner, replica_pods, shared_children
 from ..settings import OperatorSettings, load_settings
 from .apply import ChildRef, KindUnavailable, Outcome, Writer, possible_children, stale_children
+from .fleet import GroupPass, group_passes
 from .kube import API_TIMEOUT
 from .loads import fetch_in_flight
-from .observed import ReplicaView, group_replicas, owned_by
-from .planner import BURST_PODS, Plan, Targets, plan_replicas
+from .observed import ReplicaView, owned_by
+from .planner import Plan, plan_replicas
 from .routers import observe_routers, sync_routers
 from .state import KINDS, SECRETS, Expectations, Snapshot, TtlCache
 from .status import (
     PROBLEM_REASONS,
+    GroupObservation,
     Problem,
     RouterObservation,
     compute_status,
@@ -101,22 +103,6 @@ def _step(name: str) -> Iterator[None]:
     except Exception as exc:
         log.exception("%s failed", name)
         raise StepFailed(describe_failure(name, exc)) from exc
-
-
-def desired_replicas(spec: SGLangDeploymentSpec, status: dict[str, Any]) -> tuple[int, int]:
-    """(active, warm): the autoscaler's count from status when it owns the fleet, else `spec.replicas`.
-
-    A recommend-only autoscaler does not own it: its count in status is for comparison, and no warm replicas run.
-    Counts in status that are not numbers are ignored (status is writable by whoever can patch it).
-    """
-    scaling = spec.autoscaling
-    if not scaling.enabled or scaling.recommend_only:
-        return spec.replicas, 0
-    autoscaler = status.get("autoscaler") or {}
-    decided, warm = autoscaler.get("desiredReplicas"), autoscaler.get("warmReplicas")
-    count = decided if isinstance(decided, int) and not isinstance(decided, bool) else spec.replicas
-    warm_count = warm if isinstance(warm, int) and not isinstance(warm, bool) and warm >= 0 else scaling.warm_replicas
-    return max(scaling.min_replicas, min(scaling.max_replicas, count)), warm_count
 
 
 def _absent(replicas: list[ReplicaView], listed: set[str]) -> frozenset[int]:
@@ -215,6 +201,9 @@ class Reconciler:
             metrics.observe_pass(time.monotonic() - started, outcome)
             for reason in _problem_reasons(result.status):
                 metrics.count_error(reason)
+            meta = snapshot.body.get("metadata") or {}
+            if result.status and not meta.get("deletionTimestamp"):
+                metrics.fleet_status(meta["namespace"], meta["name"], result.status)
 
     def _run(self, snapshot: Snapshot) -> PassResult:
         self._snapshot = snapshot
@@ -352,20 +341,16 @@ class Reconciler:
         owner = Owner(name=name, namespace=namespace, uid=meta["uid"])
         problems = self._children(spec, owner)
 
-        revision = revision_hash(spec)
-        active, warm = desired_replicas(spec, previous)
         with _step("reading worker pods"):
             pods = [pod for pod in self._pods(COMPONENT_WORKER) if owned_by(pod, owner.uid)]
-        replicas = group_replicas(pods)
-        serving = [r for r in replicas if r.draining_since is None and not r.warm]
-        needs_loads = [r for r in replicas if r.draining_since is not None] + (
-            serving if len(serving) > active or any(r.revision != revision for r in serving) else []
-        )
+        groups = group_passes(spec, previous, pods)
         with _step("reading worker loads"):
-            needs_key = bool(needs_loads) or spec.router.enabled  # the routers get it with each registration
+            needs_loads = {g.name: g.needs_loads() for g in groups}
+            needs_key = any(needs_loads.values()) or spec.router.enabled  # the routers get it with registrations
             worker_key = self._secret_text(spec.engine.api_key_secret_ref, namespace, "worker API key") if needs_key \
                 else None  # fmt: skip
-            loads = fetch_in_flight(needs_loads, api_key=worker_key)
+            for group in groups:
+                group.loads = fetch_in_flight(needs_loads[group.name], api_key=worker_key)
 
         routers = None
         if spec.router.enabled:
@@ -376,19 +361,18 @@ class Reconciler:
                 routers = observe_routers(router_pods, api_key, worker_api_key=worker_key)
         still_listed = routers.registered_urls() if routers is not None else set()
         everywhere = routers.listed_everywhere() if routers is not None else set()
-        deregistered, off_router = set(_absent(replicas, still_listed)), _absent(replicas, everywhere)
-        pods_per_replica = max(1, spec.parallelism.nnodes)
-        targets = Targets(active, warm, revision, spec.update_strategy, burst=max(1, BURST_PODS // pods_per_replica))
-        plan = plan_replicas(replicas, targets, loads.known, deregistered, now.timestamp(), off_router,
-                             unknown_loads=loads.unknown)  # fmt: skip
-
-        by_index = {r.index: r for r in replicas}
-        leaving = set(plan.drain) | set(plan.delete)
-        routed = [
-            r.url for r in replicas
-            if r.url and r.ready and r.draining_since is None and r.index not in leaving
-            and (not r.warm or r.index in plan.promote)
-        ]  # fmt: skip
+        routed: list[str] = []
+        for group in groups:
+            replicas = group.replicas
+            deregistered, off_router = set(_absent(replicas, still_listed)), _absent(replicas, everywhere)
+            group.plan = plan_replicas(replicas, group.targets(), group.loads.known, deregistered, now.timestamp(),
+                                       off_router, unknown_loads=group.loads.unknown)  # fmt: skip
+            leaving = set(group.plan.drain) | set(group.plan.delete)
+            routed += [
+                r.url for r in replicas
+                if r.url and r.ready and r.draining_since is None and r.index not in leaving
+                and (not r.warm or r.index in group.plan.promote)
+            ]  # fmt: skip
         router_obs = RouterObservation(enabled=False, ready_pods=0, registered=0, synced=True)
         if routers is not None:
             with _step("syncing router membership"):
@@ -398,38 +382,41 @@ class Reconciler:
                 log.warning("%s/%s: %s", namespace, name, failure)
             # A replica a router still lists is not drained yet: the next pass decides again (and, preferring
             # removals under way, picks it again); its drain event is posted when the drain really starts.
-            held = [i for i in plan.drain if by_index[i].url in synced.unconfirmed_removals]
-            if held:
-                log.info("%s/%s: replicas %s wait for a router to apply their removal", namespace, name, held)
-            plan.drain = [i for i in plan.drain if i not in held]
+            for group in groups:
+                by_index = {r.index: r for r in group.replicas}
+                held = [i for i in group.plan.drain if by_index[i].url in synced.unconfirmed_removals]
+                if held:
+                    log.info("%s/%s: replicas %s wait for a router to apply their removal", namespace, name, held)
+                group.plan.drain = [i for i in group.plan.drain if i not in held]
 
         with _step("applying the replica plan"):
-            self._apply_plan(spec, owner, revision, replicas, plan, stamp, body)
-        for index, timed_out in sorted(plan.finished_drains.items()):
-            since = by_index[index].draining_since
-            if index in plan.delete and since is not None:
-                metrics.drain_finished(max(0.0, now.timestamp() - since), timed_out)
+            for group in groups:
+                self._apply_plan(owner, group, stamp, body)
+        observed = []
+        for group in groups:
+            by_index = {r.index: r for r in group.replicas}
+            for index, timed_out in sorted(group.plan.finished_drains.items()):
+                since = by_index[index].draining_since
+                if index in group.plan.delete and since is not None:
+                    metrics.drain_finished(max(0.0, now.timestamp() - since), timed_out)
+            registered = sum(1 for r in group.replicas if r.url in everywhere and r.url in routed)
+            observed.append(GroupObservation(name=group.name, spec=group.group.spec, desired=group.active,
+                                             revision=group.revision, replicas=group.replicas, registered=registered,
+                                             elastic=group.group.elastic, retired=group.retired))  # fmt: skip
         status = compute_status(
-            name=name, namespace=namespace, generation=generation, spec=spec, desired=active, revision=revision,
-            replicas=replicas, router=router_obs, failed_replicas=sum(r.failed for r in replicas),
-            previous=previous, now=stamp, problems=problems,
+            name=name, namespace=namespace, generation=generation, spec=spec, groups=observed, router=router_obs,
+            failed_replicas=sum(r.failed for g in groups for r in g.replicas), previous=previous, now=stamp,
+            problems=problems,
         )  # fmt: skip
         written = self._write_status(body, previous, status)
         if written and router_obs.error and _degraded_changed(previous, status):
             self.writer.event(body, "RegistrationFailed", router_obs.error, warning=True)
+        plan = groups[0].plan if len(groups) == 1 else _merged_plan([g.plan for g in groups])
         return PassResult(plan=plan, status=status, writes=self._delta(before), expected=self.writer.expected)
 
-    def _apply_plan(
-        self,
-        spec: SGLangDeploymentSpec,
-        owner: Owner,
-        revision: str,
-        replicas: list[ReplicaView],
-        plan: Plan,
-        stamp: str,
-        body: dict[str, Any],
-    ) -> None:
-        by_index = {r.index: r for r in replicas}
+    def _apply_plan(self, owner: Owner, group: GroupPass, stamp: str, body: dict[str, Any]) -> None:
+        plan, spec = group.plan, group.group.spec
+        by_index = {r.index: r for r in group.replicas}
         live = {(p.get("metadata") or {}).get("name"): p for p in self._snapshot.pods or []}
 
         def bookkeeping(pod_name: str, change: dict[str, str]) -> None:
@@ -453,17 +440,28 @@ class Reconciler:
             for pod_name in by_index[index].pod_names:
                 bookkeeping(pod_name, {ANNOTATION_WARM: "false"})
         for index, is_warm in [(i, False) for i in plan.create_active] + [(i, True) for i in plan.create_warm]:
-            for pod in replica_pods(spec, owner, revision, index):
+            for pod in replica_pods(spec, owner, group.revision, index, group.name):
                 if is_warm:
                     pod["metadata"]["annotations"][ANNOTATION_WARM] = "true"
                 self.writer.create_pod(pod)
         drain_event = plan.drain_event
+        prefix = f"group {group.name}: " if group.name else ""
         for event in plan.events + ([drain_event] if drain_event else []):
-            self.writer.event(body, event.reason, event.message, event.warning)
+            self.writer.event(body, event.reason, prefix + event.message, event.warning)
 
     def _delta(self, before: dict[str, int]) -> dict[str, int]:
         return {verb: count - before.get(verb, 0) for verb, count in self.writer.writes.items()
                 if count != before.get(verb, 0)}  # fmt: skip
+
+
+def _merged_plan(plans: list[Plan]) -> Plan:
+    """The plans of several groups as one, for what a pass reports (counts, emptiness); each group applied its
+    own. Replica indices are per group, so the merged lists may repeat one."""
+    merged = Plan()
+    for plan in plans:
+        for part in ("create_active", "create_warm", "promote", "drain", "delete", "events"):
+            getattr(merged, part).extend(getattr(plan, part))
+    return merged
 
 
 def unserved_problem(ref: ChildRef) -> Problem:

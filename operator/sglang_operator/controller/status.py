@@ -9,7 +9,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from .. import names
-from ..api.constants import COMPONENT_WORKER, LABEL_COMPONENT, LABEL_DEPLOYMENT
+from ..api.constants import COMPONENT_WORKER, LABEL_COMPONENT, LABEL_DEPLOYMENT, LABEL_WORKER_GROUP
 from ..api.spec import SGLangDeploymentSpec
 from ..topology import topology
 from .observed import ReplicaView
@@ -65,8 +65,50 @@ def merge_conditions(previous: list[dict[str, Any]], updates: list[dict[str, Any
     ]
 
 
-def worker_selector(name: str) -> str:
-    return f"{LABEL_DEPLOYMENT}={name},{LABEL_COMPONENT}={COMPONENT_WORKER}"
+def worker_selector(name: str, group: str = "") -> str:
+    """The fleet's workers, or one worker group's (the group /scale sizes, so an HPA counts its pods only)."""
+    selector = f"{LABEL_DEPLOYMENT}={name},{LABEL_COMPONENT}={COMPONENT_WORKER}"
+    return f"{selector},{LABEL_WORKER_GROUP}={group}" if group else selector
+
+
+@dataclass(frozen=True)
+class GroupObservation:
+    """One worker group as a pass saw it: its effective spec, desired count and revision, its replicas."""
+
+    name: str
+    spec: SGLangDeploymentSpec
+    desired: int
+    revision: str
+    replicas: list[ReplicaView]
+    registered: int = 0
+    """Its replicas that every router pod lists."""
+    elastic: bool = True
+    """Sized by spec.replicas (what /scale reports)."""
+    retired: bool = False
+    """A group the spec no longer has (its replicas drain); counted in the fleet, not listed."""
+
+
+@dataclass(frozen=True)
+class _Counts:
+    serving: list[ReplicaView]
+    ready: list[ReplicaView]
+    updated: list[ReplicaView]
+    draining: list[ReplicaView]
+    old: list[ReplicaView]
+    gpus: int
+
+    @staticmethod
+    def of(group: GroupObservation) -> "_Counts":
+        replicas = group.replicas
+        serving = [r for r in replicas if r.draining_since is None and not r.warm and not r.deleting and not r.failed]
+        return _Counts(
+            serving=serving,
+            ready=[r for r in serving if r.ready],
+            updated=[r for r in serving if r.revision == group.revision],
+            draining=[r for r in replicas if r.draining_since is not None and not r.deleting],
+            old=[r for r in serving if r.revision != group.revision],
+            gpus=topology(group.spec).gpus_per_replica * len([r for r in replicas if not r.deleting]),
+        )
 
 
 def compute_status(
@@ -75,33 +117,34 @@ def compute_status(
     namespace: str,
     generation: int,
     spec: SGLangDeploymentSpec,
-    desired: int,
-    revision: str,
-    replicas: list[ReplicaView],
+    groups: Sequence[GroupObservation],
     router: RouterObservation,
     failed_replicas: int,
     previous: Mapping[str, Any],
     now: str,
     problems: Sequence[Problem] = (),
 ) -> dict[str, Any]:
-    serving = [r for r in replicas if r.draining_since is None and not r.warm and not r.deleting and not r.failed]
-    ready = [r for r in serving if r.ready]
-    updated = [r for r in serving if r.revision == revision]
-    draining = [r for r in replicas if r.draining_since is not None and not r.deleting]
-    old = [r for r in serving if r.revision != revision]
-    shape = topology(spec)
-    gpu_replicas = len([r for r in replicas if not r.deleting])
+    """The fleet's status over its worker groups (one implicit group for a spec without `workerGroups`, whose
+    status reads exactly as before groups existed)."""
+    counts = {id(g): _Counts.of(g) for g in groups}
+    listed = [g for g in groups if not g.retired]
+    desired = sum(g.desired for g in listed)
+    parts = ("serving", "ready", "updated", "draining", "old")
+    serving, ready, updated, draining, old = ([r for g in groups for r in getattr(counts[id(g)], p)] for p in parts)
+    named = any(g.name for g in listed)
+    revision = "" if named else listed[0].revision
+    at_revision = f"at revision {revision}" if not named else "at their group's revision"
 
     all_ready = len(ready) >= desired and len(serving) == desired and not old
     router_ok = not router.enabled or (router.ready_pods > 0 and router.synced)
     if old:
-        progress = ("RollingOut", f"{len(updated)}/{desired} replicas at revision {revision}")
+        progress = ("RollingOut", f"{len(updated)}/{desired} replicas {at_revision}")
     elif draining:
         progress = ("Draining", f"{len(draining)} replicas draining")
     elif len(serving) != desired or len(ready) < desired:
         progress = ("Scaling", f"{len(ready)}/{desired} replicas ready")
     else:
-        progress = ("Stable", f"{desired} replicas at revision {revision}")
+        progress = ("Stable", f"{desired} replicas {at_revision}")
     if problems:
         degraded = (problems[0].reason, "; ".join(p.message for p in problems))
     elif router.error:
@@ -122,21 +165,39 @@ def compute_status(
                   f"{router.registered} workers registered on {router.ready_pods} router pods"
                   + (f"; {router.error}" if router.error else ""), generation, now),
     ]  # fmt: skip
+    scaled = next((g for g in listed if g.elastic), None)
     status: dict[str, Any] = {
         "observedGeneration": generation,
-        "replicas": len(serving),
+        "replicas": len(counts[id(scaled)].serving) if scaled is not None and named else len(serving),
         "readyReplicas": len(ready),
         "updatedReplicas": len(updated),
         "ready": f"{len(ready)}/{desired}",
         "registeredWorkers": router.registered,
-        "gpusPerReplica": shape.gpus_per_replica,
-        "totalGPUs": shape.gpus_per_replica * gpu_replicas,
-        "selector": worker_selector(name),
+        "gpusPerReplica": topology((scaled or listed[0]).spec).gpus_per_replica,
+        "totalGPUs": sum(c.gpus for c in counts.values()),
+        "selector": worker_selector(name, scaled.name if scaled is not None and named else ""),
         "endpoint": names.router_endpoint(name, namespace, spec.router.port) if spec.router.enabled else "",
         "revision": revision,
         "conditions": merge_conditions(list(previous.get("conditions") or []), conditions),
     }
+    if named:
+        status["groups"] = [_group_status(g, counts[id(g)]) for g in listed]
+    elif previous.get("groups"):
+        status["groups"] = []
     return status
+
+
+def _group_status(group: GroupObservation, counts: _Counts) -> dict[str, Any]:
+    return {
+        "name": group.name,
+        "desiredReplicas": group.desired,
+        "replicas": len(counts.serving),
+        "readyReplicas": len(counts.ready),
+        "updatedReplicas": len(counts.updated),
+        "registeredWorkers": group.registered,
+        "gpusPerReplica": topology(group.spec).gpus_per_replica,
+        "revision": group.revision,
+    }
 
 
 def status_changed(previous: Mapping[str, Any], new: Mapping[str, Any]) -> bool:

@@ -2,6 +2,7 @@
 
 from typing import Any
 
+from ..api.groups import worker_groups
 from ..api.spec import SGLangDeploymentSpec
 from ..settings import OperatorSettings
 from .inferencepool import inference_pool
@@ -23,7 +24,7 @@ def shared_children(
     """
     settings = settings if settings is not None else OperatorSettings()
     children: list[dict[str, Any]] = []
-    if spec.parallelism.nnodes > 1:
+    if any(group.spec.parallelism.nnodes > 1 for group in worker_groups(spec)):
         children.append(workers_service(spec, owner))
     if spec.router.enabled:
         children += [router_deployment(spec, owner), router_service(spec, owner)]
@@ -39,9 +40,14 @@ def shared_children(
 def render_all(
     spec: SGLangDeploymentSpec, owner: Owner, settings: OperatorSettings | None = None
 ) -> list[dict[str, Any]]:
-    """The steady state of a fresh deployment: replicas 0..N-1 at the current revision, then shared children."""
-    revision = revision_hash(spec)
-    pods = [pod for replica in range(spec.replicas) for pod in replica_pods(spec, owner, revision, replica)]
+    """The steady state of a fresh deployment: replicas 0..N-1 of each worker group at its current revision, then
+    the shared children."""
+    pods = [
+        pod
+        for group in worker_groups(spec)
+        for replica in range(group.spec.replicas)
+        for pod in replica_pods(group.spec, owner, revision_hash(group.spec), replica, group.name)
+    ]
     return pods + shared_children(spec, owner, settings)
 
 

@@ -23,6 +23,7 @@ from ..api.constants import (
     LABEL_NODE_RANK,
     LABEL_REPLICA,
     LABEL_REVISION,
+    LABEL_WORKER_GROUP,
 )
 from ..api.spec import SGLangDeploymentSpec
 from ..topology import launch_args, readiness_path, topology
@@ -63,12 +64,14 @@ def _without_none(model: BaseModel | None) -> dict[str, Any] | None:
     return None if model is None else model.model_dump(by_alias=True, mode="json", exclude_none=True)
 
 
-def worker_labels(owner: Owner, revision: str, replica: int, rank: int) -> dict[str, str]:
+def worker_labels(owner: Owner, revision: str, replica: int, rank: int, group: str = "") -> dict[str, str]:
+    """The implicit group's pods carry no group label: they are the pods of a fleet without groups, unchanged."""
     return {
         **child_labels(owner, COMPONENT_WORKER),
         LABEL_REPLICA: str(replica),
         LABEL_NODE_RANK: str(rank),
         LABEL_REVISION: revision,
+        **({LABEL_WORKER_GROUP: group} if group else {}),
     }
 
 
@@ -176,11 +179,14 @@ def _probes(spec: SGLangDeploymentSpec, rank: int) -> dict[str, Any]:
     }
 
 
-def worker_pod(spec: SGLangDeploymentSpec, owner: Owner, revision: str, replica: int, rank: int) -> dict[str, Any]:
+def worker_pod(
+    spec: SGLangDeploymentSpec, owner: Owner, revision: str, replica: int, rank: int, group: str = ""
+) -> dict[str, Any]:
+    """One pod of replica `replica` of worker group `group`; `spec` is the group's effective spec (`groups`)."""
     multi_node = spec.parallelism.nnodes > 1
-    pod_name = names.worker_pod(owner.name, revision, replica, rank)
-    dist_host = names.dist_init_host(owner.name, owner.namespace, revision, replica) if multi_node else None
-    labels = with_operator_keys(spec.template.metadata.labels, worker_labels(owner, revision, replica, rank))
+    pod_name = names.worker_pod(owner.name, revision, replica, rank, group)
+    dist_host = names.dist_init_host(owner.name, owner.namespace, revision, replica, group) if multi_node else None
+    labels = with_operator_keys(spec.template.metadata.labels, worker_labels(owner, revision, replica, rank, group))
     annotations = with_operator_keys(
         spec.template.metadata.annotations,
         {**scrape_annotations(spec.engine.port), ANNOTATION_REPLICA_NODES: str(spec.parallelism.nnodes)},
@@ -204,7 +210,7 @@ def worker_pod(spec: SGLangDeploymentSpec, owner: Owner, revision: str, replica:
         "volumes": _volumes(spec),
     }
     if multi_node:
-        pod_spec["hostname"] = pod_name
+        pod_spec["hostname"] = names.worker_hostname(owner.name, revision, replica, rank, group)
         pod_spec["subdomain"] = names.workers_service(owner.name)
     return {
         "apiVersion": "v1",
@@ -215,8 +221,10 @@ def worker_pod(spec: SGLangDeploymentSpec, owner: Owner, revision: str, replica:
     }
 
 
-def replica_pods(spec: SGLangDeploymentSpec, owner: Owner, revision: str, replica: int) -> list[dict[str, Any]]:
-    return [worker_pod(spec, owner, revision, replica, rank) for rank in range(spec.parallelism.nnodes)]
+def replica_pods(
+    spec: SGLangDeploymentSpec, owner: Owner, revision: str, replica: int, group: str = ""
+) -> list[dict[str, Any]]:
+    return [worker_pod(spec, owner, revision, replica, rank, group) for rank in range(spec.parallelism.nnodes)]
 
 
 def workers_service(spec: SGLangDeploymentSpec, owner: Owner) -> dict[str, Any]:

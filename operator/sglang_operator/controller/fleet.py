@@ -1,0 +1,107 @@
+"""A fleet's worker groups as one pass sees them: which pods belong to which group, how many replicas each group
+should run, and what each group's plan needs. Pure.
+
+A group the spec no longer has (a group removed, or the implicit group's pods once groups are declared) is
+"retired": it wants no replica, so its replicas drain and go like an old revision's.
+"""
+
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from typing import Any
+
+from ..api.constants import LABEL_WORKER_GROUP
+from ..api.groups import WorkerGroup, worker_groups
+from ..api.spec import SGLangDeploymentSpec
+from ..render import revision_hash
+from .loads import Loads
+from .observed import ReplicaView, group_replicas
+from .planner import BURST_PODS, Plan, Targets
+
+
+def _count(value: object) -> int | None:
+    """A count from status, which anyone who may patch status can write: non-negative integers only."""
+    return value if isinstance(value, int) and not isinstance(value, bool) and value >= 0 else None
+
+
+def desired_replicas(spec: SGLangDeploymentSpec, status: Mapping[str, Any]) -> tuple[int, int]:
+    """(active, warm) of the fleet's count: the autoscaler's from status when it owns the fleet, else
+    `spec.replicas`. A recommend-only autoscaler does not own it (its count is for comparison; no warm replicas)."""
+    scaling = spec.autoscaling
+    if not scaling.enabled or scaling.recommend_only:
+        return spec.replicas, 0
+    autoscaler = status.get("autoscaler") or {}
+    count = _count(autoscaler.get("desiredReplicas"))
+    warm = _count(autoscaler.get("warmReplicas"))
+    count = spec.replicas if count is None else count
+    return max(scaling.min_replicas, min(scaling.max_replicas, count)), scaling.warm_replicas if warm is None else warm
+
+
+def group_targets(spec: SGLangDeploymentSpec, status: Mapping[str, Any]) -> dict[str, tuple[int, int]]:
+    """(active, warm) per group name. Without groups: the fleet's count. With groups: a group's own `replicas`, or
+    spec.replicas for the group that has none; when the autoscaler owns the fleet, its split
+    (`status.autoscaler.groups`) within each group's bounds. Warm replicas are a fleet without groups' only."""
+    groups = worker_groups(spec)
+    if not spec.worker_groups:
+        return {groups[0].name: desired_replicas(spec, status)}
+    split = (status.get("autoscaler") or {}).get("groups")
+    owned = spec.autoscaling.enabled and not spec.autoscaling.recommend_only and isinstance(split, dict)
+    targets = {}
+    for group in groups:
+        decided = _count(split.get(group.name)) if owned and isinstance(split, dict) else None
+        if decided is not None:
+            targets[group.name] = (max(group.min_replicas, min(group.max_replicas, decided)), 0)
+        else:
+            targets[group.name] = (group.spec.replicas, 0)
+    return targets
+
+
+@dataclass
+class GroupPass:
+    """One group's part of a pass: what it should run and what it runs, then its loads and plan."""
+
+    group: WorkerGroup
+    revision: str
+    active: int
+    warm: int
+    replicas: list[ReplicaView]
+    retired: bool = False
+    loads: Loads = field(default_factory=Loads)
+    plan: Plan = field(default_factory=Plan)
+
+    @property
+    def name(self) -> str:
+        return self.group.name
+
+    def needs_loads(self) -> list[ReplicaView]:
+        """Replicas whose in-flight count the plan needs: draining ones, and serving ones when some may go."""
+        serving = [r for r in self.replicas if r.draining_since is None and not r.warm]
+        may_go = len(serving) > self.active or any(r.revision != self.revision for r in serving)
+        return [r for r in self.replicas if r.draining_since is not None] + (serving if may_go else [])
+
+    def targets(self) -> Targets:
+        per_replica = max(1, self.group.spec.parallelism.nnodes)
+        return Targets(self.active, self.warm, self.revision, self.group.spec.update_strategy,
+                       burst=max(1, BURST_PODS // per_replica))  # fmt: skip
+
+
+def pod_group(pod: Mapping[str, Any]) -> str:
+    labels = (pod.get("metadata") or {}).get("labels") or {}
+    value = labels.get(LABEL_WORKER_GROUP, "")
+    return value if isinstance(value, str) else ""
+
+
+def group_passes(spec: SGLangDeploymentSpec, status: Mapping[str, Any], pods: list[dict[str, Any]]) -> list[GroupPass]:
+    """Every group of the spec, then every retired group that still has pods, each with its own pods."""
+    by_group: dict[str, list[dict[str, Any]]] = {}
+    for pod in pods:
+        by_group.setdefault(pod_group(pod), []).append(pod)
+    targets = group_targets(spec, status)
+    passes = []
+    for group in worker_groups(spec):
+        active, warm = targets[group.name]
+        replicas = group_replicas(by_group.pop(group.name, []))
+        passes.append(GroupPass(group, revision_hash(group.spec), active, warm, replicas))
+    for name in sorted(by_group):
+        retired = WorkerGroup(name, spec, elastic=False, min_replicas=0, max_replicas=0)
+        passes.append(GroupPass(retired, "", 0, 0, group_replicas(by_group[name]), retired=True))
+    return passes

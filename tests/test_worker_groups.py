@@ -1,0 +1,238 @@
+"""Worker groups: every rule per group (derived from the rule table, so a new rule is checked for groups too), the
+fleet's own group rules, each group's effective spec, names and labels, and whole passes over a two-group fleet."""
+
+from typing import Any
+
+import pytest
+from kubernetes import client
+
+from sglang_operator.api.groups import FLEET_RULES, GroupRule, group_spec, worker_groups
+from sglang_operator.api.spec import SGLangDeploymentSpec
+from sglang_operator.api.validation import RULES, parse_spec
+from sglang_operator.controller.reconcile import Reconciler
+from sglang_operator.render import Owner, render_all, revision_hash
+from sglang_operator.settings import OperatorSettings
+
+from .controller.fakekube import FakeKube, wire
+from .test_validation import CASES, matching_rule, with_model
+
+_GROUP_OBJECTS = ("parallelism", "resources", "template", "updateStrategy")
+_GROUP_ENGINE = ("args", "env", "maxRunningRequests", "memFractionStatic")
+
+
+def into_group(patch: dict[str, Any]) -> dict[str, Any]:
+    """A rule-table patch with every field a group can set moved into one group `g` (the rest stays on top)."""
+    top: dict[str, Any] = {}
+    group: dict[str, Any] = {"name": "g", "replicas": 1, "parallelism": {}}
+    for key, value in patch.items():
+        if key in _GROUP_OBJECTS:
+            group[key] = value
+        elif key == "engine":
+            own = {k: v for k, v in value.items() if k in _GROUP_ENGINE}
+            rest = {k: v for k, v in value.items() if k not in _GROUP_ENGINE}
+            if own:
+                group["engine"] = own
+            if rest:
+                top["engine"] = rest
+        else:
+            top[key] = value
+    return {**top, "workerGroups": [group]}
+
+
+def _variant_of(rule: Any) -> GroupRule | None:
+    return next((r for r in RULES if isinstance(r, GroupRule) and r.base is rule), None)
+
+
+# (group rule, failing spec, passing spec): each table case whose rule has a group variant, moved into a group.
+GROUP_CASES: list[tuple[GroupRule, dict[str, Any], dict[str, Any]]] = [
+    (variant, with_model(into_group(failing)), with_model(into_group(passing)))
+    for field, fragment, failing, passing in CASES
+    if (variant := _variant_of(matching_rule(field, fragment))) is not None
+]
+_G = {"name": "a", "replicas": 1, "parallelism": {"tp": 2}}
+FLEET_CASES: list[tuple[str, dict[str, Any], dict[str, Any]]] = [
+    ("unique", {"workerGroups": [_G, _G]}, {"workerGroups": [_G, {**_G, "name": "b"}]}),
+    ("at most one group may leave out", {"workerGroups": [{"name": "a", "parallelism": {}}, {"name": "b",
+     "parallelism": {}}]}, {"workerGroups": [{"name": "a", "parallelism": {}}, _G | {"name": "b"}]}),
+    ("together at most", {"workerGroups": [_G | {"replicas": 300}, _G | {"name": "b", "replicas": 300}]},
+     {"workerGroups": [_G | {"replicas": 300}, _G | {"name": "b", "replicas": 200}]}),
+    ("autoscaling bounds", {"workerGroups": [_G | {"autoscaling": {"minReplicas": 3, "maxReplicas": 2}}]},
+     {"workerGroups": [_G | {"autoscaling": {"minReplicas": 2, "maxReplicas": 2}}]}),
+    ("every group's minReplicas", {"autoscaling": {"maxGPUs": 7}, "workerGroups": [
+        _G | {"parallelism": {"tp": 4}, "autoscaling": {"minReplicas": 1}},
+        _G | {"name": "b", "autoscaling": {"minReplicas": 2}}]},
+     {"autoscaling": {"maxGPUs": 8}, "workerGroups": [
+        _G | {"parallelism": {"tp": 4}, "autoscaling": {"minReplicas": 1}},
+        _G | {"name": "b", "autoscaling": {"minReplicas": 2}}]}),
+]  # fmt: skip
+
+
+def test_every_group_rule_has_a_case() -> None:
+    assert {rule for rule, _, _ in GROUP_CASES} == {r for r in RULES if isinstance(r, GroupRule)}
+    covered = {next(r for r in FLEET_RULES if fragment in r.message) for fragment, _, _ in FLEET_CASES}
+    assert covered == set(FLEET_RULES)
+
+
+@pytest.mark.parametrize(("rule", "failing", "passing"), GROUP_CASES, ids=[c[0].base.field for c in GROUP_CASES])
+def test_each_rule_applies_to_each_group(rule: GroupRule, failing: dict[str, Any], passing: dict[str, Any]) -> None:
+    spec, errors = parse_spec(failing, strict=True)
+    assert spec is None
+    assert rule.base is not None
+    assert [e.message for e in errors] == [rule.base.message]
+    assert errors[0].field.startswith("spec.workerGroups[0]")
+    spec, errors = parse_spec(passing, strict=True)
+    assert errors == [] and spec is not None
+
+
+@pytest.mark.parametrize(("fragment", "failing", "passing"), FLEET_CASES, ids=[c[0] for c in FLEET_CASES])
+def test_fleet_rules(fragment: str, failing: dict[str, Any], passing: dict[str, Any]) -> None:
+    _, errors = parse_spec(with_model(failing), strict=True)
+    assert len(errors) == 1 and fragment in errors[0].message, errors
+    spec, errors = parse_spec(with_model(passing), strict=True)
+    assert errors == [] and spec is not None
+
+
+def test_a_group_error_names_the_group_and_its_field() -> None:
+    raw = with_model({"workerGroups": [_G, {"name": "b", "replicas": 1, "parallelism": {"tp": 4, "ep": 3}}]})
+    _, errors = parse_spec(raw)
+    assert [e.field for e in errors] == ["spec.workerGroups[1].parallelism.ep"]
+
+
+SEED = with_model({
+    "engine": {"image": "lmsysorg/sglang:v0.5.23", "args": ["--chunked-prefill-size", "4096"]},
+    "resources": {"gpusPerNode": 8, "cpu": "4"},
+    "replicas": 2,
+    "workerGroups": [
+        {"name": "a", "replicas": 1, "parallelism": {"tp": 4}},
+        {"name": "b", "parallelism": {"tp": 2}, "engine": {"maxRunningRequests": 64}},
+    ],
+})  # fmt: skip
+
+
+def seed(**group_b: Any) -> SGLangDeploymentSpec:
+    raw = {**SEED, "workerGroups": [SEED["workerGroups"][0], {**SEED["workerGroups"][1], **group_b}]}
+    spec, errors = parse_spec(raw, strict=True)
+    assert spec is not None, errors
+    return spec
+
+
+def test_group_fields_inherit_from_the_top_level_and_replace_it_where_given() -> None:
+    spec = seed()
+    a, b = worker_groups(spec)
+    assert (a.name, a.spec.parallelism.tp, a.spec.replicas, a.elastic) == ("a", 4, 1, False)
+    assert (b.name, b.spec.parallelism.tp, b.spec.replicas, b.elastic) == ("b", 2, 2, True)
+    assert b.spec.engine.args == ["--chunked-prefill-size", "4096"]  # inherited whole
+    assert (a.spec.engine.max_running_requests, b.spec.engine.max_running_requests) == (None, 64)
+    assert a.spec.resources.cpu == b.spec.resources.cpu == "4"
+    own = group_spec(spec, spec.worker_groups[1].model_copy(update={"engine": None}))
+    assert own.engine == spec.engine
+
+
+def test_a_spec_without_groups_is_its_own_single_group() -> None:
+    spec, _ = parse_spec(with_model({"replicas": 3}))
+    assert spec is not None
+    [group] = worker_groups(spec)
+    assert group.name == "" and group.spec is spec
+
+
+def test_pods_carry_their_group_and_shape() -> None:
+    pods = render_all(seed(), Owner("chat", "team-a", "uid"))
+    workers = [p for p in pods if p["kind"] == "Pod"]
+    assert [p["metadata"]["labels"]["sglang.ai/group"] for p in workers] == ["a", "b", "b"]
+    assert all(p["metadata"]["name"].startswith(f"chat-{p['metadata']['labels']['sglang.ai/group']}-")
+               for p in workers)  # fmt: skip
+    gpus = [p["spec"]["containers"][0]["resources"]["limits"]["nvidia.com/gpu"] for p in workers]
+    assert gpus == ["4", "2", "2"]
+    tp = [p["spec"]["containers"][0]["command"] for p in workers]
+    assert [c[c.index("--tp-size") + 1] for c in tp] == ["4", "2", "2"]
+
+
+def test_a_change_to_one_group_changes_only_its_revision() -> None:
+    before, after = worker_groups(seed()), worker_groups(seed(engine={"maxRunningRequests": 32}))
+    assert revision_hash(before[0].spec) == revision_hash(after[0].spec)
+    assert revision_hash(before[1].spec) != revision_hash(after[1].spec)
+
+
+def test_the_implicit_group_keeps_its_names_and_revision() -> None:
+    spec, _ = parse_spec(with_model({"replicas": 1}))
+    assert spec is not None
+    [pod] = [p for p in render_all(spec, Owner("chat", "ns", "u")) if p["kind"] == "Pod"]
+    assert pod["metadata"]["name"] == f"chat-{revision_hash(spec)}-0-0"
+    assert "sglang.ai/group" not in pod["metadata"]["labels"]
+
+
+# -- whole passes --------------------------------------------------------------------------------------------------
+
+NS, NAME = "team-a", "chat"
+
+
+def fleet(spec: dict[str, Any]) -> tuple[Reconciler, FakeKube]:
+    fake = FakeKube()
+    fake.put({"apiVersion": "sglang.ai/v1alpha1", "kind": "SGLangDeployment",
+              "metadata": {"name": NAME, "namespace": NS, "uid": "cr-uid", "generation": 1}, "spec": spec})  # fmt: skip
+    reconciler = Reconciler(client.ApiClient(), OperatorSettings())
+    wire(reconciler, fake)
+    return reconciler, fake
+
+
+def worker_pods(fake: FakeKube) -> dict[str, dict[str, Any]]:
+    return {name: obj for (kind, name), obj in fake.objects.items() if kind == "Pod"}
+
+
+def test_each_group_gets_its_replicas_and_status_counts_them() -> None:
+    reconciler, fake = fleet({**SEED, "router": {"enabled": False}})
+    reconciler.reconcile(NS, NAME)
+    by_group: dict[str, int] = {}
+    for pod in worker_pods(fake).values():
+        by_group[pod["metadata"]["labels"]["sglang.ai/group"]] = (
+            by_group.get(pod["metadata"]["labels"]["sglang.ai/group"], 0) + 1
+        )
+    assert by_group == {"a": 1, "b": 2}
+    reconciler.reconcile(NS, NAME)
+    status = fake.objects[("SGLangDeployment", NAME)]["status"]
+    assert [(g["name"], g["desiredReplicas"], g["replicas"], g["gpusPerReplica"]) for g in status["groups"]] == [
+        ("a", 1, 1, 4),
+        ("b", 2, 2, 2),
+    ]
+    assert status["totalGPUs"] == 8 and status["ready"] == "0/3"
+    assert status["replicas"] == 2  # what /scale sizes: group b follows spec.replicas
+    assert status["selector"].endswith(",sglang.ai/group=b")
+
+
+def test_changing_one_group_rolls_that_group_only() -> None:
+    reconciler, fake = fleet({**SEED, "router": {"enabled": False}})
+    reconciler.reconcile(NS, NAME)
+    group_a = {n: p["metadata"]["uid"] for n, p in worker_pods(fake).items() if "-a-" in n}
+    cr = fake.objects[("SGLangDeployment", NAME)]
+    writes_before = len(fake.writes("Pod"))
+    cr["spec"] = {
+        **SEED,
+        "router": {"enabled": False},
+        "workerGroups": [SEED["workerGroups"][0], {**SEED["workerGroups"][1], "engine": {"maxRunningRequests": 32}}],
+    }
+    cr["metadata"]["generation"] += 1
+    for _ in range(4):
+        reconciler.reconcile(NS, NAME)
+    now = worker_pods(fake)
+    assert {n: p["metadata"]["uid"] for n, p in now.items() if "-a-" in n} == group_a
+    new_b = revision_hash(worker_groups(seed(engine={"maxRunningRequests": 32}))[1].spec)
+    group_b = [p["metadata"] for n, p in now.items() if "-b-" in n]
+    assert sum(m["labels"]["sglang.ai/revision"] == new_b for m in group_b) == 2
+    assert all("sglang.ai/draining-since" in (m.get("annotations") or {}) for m in group_b
+               if m["labels"]["sglang.ai/revision"] != new_b)  # fmt: skip
+    touched = {c.name for c in fake.writes("Pod")[writes_before:]}
+    assert not touched & set(group_a)
+
+
+def test_removing_the_groups_retires_their_pods() -> None:
+    reconciler, fake = fleet({**SEED, "router": {"enabled": False}})
+    reconciler.reconcile(NS, NAME)
+    cr = fake.objects[("SGLangDeployment", NAME)]
+    cr["spec"] = {**SEED, "router": {"enabled": False}, "workerGroups": []}
+    cr["metadata"]["generation"] += 1
+    for _ in range(4):
+        reconciler.reconcile(NS, NAME)
+    metas = [p["metadata"] for p in worker_pods(fake).values()]
+    assert len([m for m in metas if "sglang.ai/group" not in m["labels"]]) == 2
+    assert all("sglang.ai/draining-since" in m["annotations"] for m in metas if "sglang.ai/group" in m["labels"])
+    assert "groups" not in cr["status"] or cr["status"]["groups"] == []
