@@ -54,3 +54,50 @@ def test_changes_add_and_remove_only_what_differs() -> None:
     assert is_member(live["b"]) and not is_member(live["a"]) and not is_member(None)
     assert membership_labels(True) == {LABEL_INFERENCE_POOL: "member"}
     assert membership_labels(False) == {LABEL_INFERENCE_POOL: None}
+
+
+# -- whole passes (fakekube) --------------------------------------------------------------------------------------
+def _mark_ready(fake: Any) -> None:
+    """What the kubelet would report: every worker pod running and Ready on an address nothing listens on."""
+    for (kind, _), obj in fake.objects.items():
+        if kind == "Pod":
+            obj["status"] = {"phase": "Running", "podIP": f"127.255.255.{10 + len(obj['metadata']['name']) % 200}",
+                             "conditions": [{"type": "Ready", "status": "True"}]}  # fmt: skip
+
+
+def _members(fake: Any) -> list[str]:
+    return sorted(name for (kind, name), obj in fake.objects.items()
+                  if kind == "Pod" and is_member(obj))  # fmt: skip
+
+
+def test_a_pass_labels_ready_workers_and_a_drain_drops_the_label_in_its_own_apply() -> None:
+    from .test_reconcile_pass import NAME, NS, cluster, set_spec
+
+    pool = {"enabled": True, "endpointPickerRef": {"name": "chat-epp"}}
+    reconciler, fake = cluster({"replicas": 2, "router": {"enabled": False}, "inferencePool": pool})
+    reconciler.reconcile(NS, NAME)
+    assert ("InferencePool", "chat") in fake.objects and _members(fake) == []  # created, nothing ready yet
+    _mark_ready(fake)
+    reconciler.reconcile(NS, NAME)
+    assert len(_members(fake)) == 2
+    labelled = [c for c in fake.applies("Pod") if c.body["metadata"].get("labels")]
+    assert len(labelled) == 2 and all(set(c.body["metadata"]["labels"]) == {LABEL_INFERENCE_POOL} for c in labelled)
+
+    before = len(fake.writes())
+    reconciler.reconcile(NS, NAME)
+    assert fake.writes()[before:] == []  # nothing to change: nothing written
+
+    set_spec(fake, replicas=1)
+    before = len(fake.applies("Pod"))
+    reconciler.reconcile(NS, NAME)
+    (drain,) = fake.applies("Pod")[before:]
+    assert "sglang.ai/draining-since" in drain.body["metadata"]["annotations"]
+    assert "labels" not in drain.body["metadata"]  # the drain's own apply names no label: the label goes with it
+    draining = fake.objects[("Pod", drain.name)]
+    assert not is_member(draining) and _members(fake) == sorted(
+        name for (kind, name) in fake.objects if kind == "Pod" and name != drain.name
+    )
+
+    set_spec(fake, inferencePool={"enabled": False})
+    reconciler.reconcile(NS, NAME)
+    assert _members(fake) == [] and ("InferencePool", "chat") not in fake.objects  # off: label and pool go

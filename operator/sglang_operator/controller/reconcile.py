@@ -42,6 +42,7 @@ from ..render import Owner, replica_pods, shared_children
 from ..settings import OperatorSettings, load_settings
 from .apply import ChildRef, KindUnavailable, Outcome, Writer, possible_children, stale_children
 from .fleet import GroupPass, group_passes
+from .inferencepool import membership_changes, membership_labels, pool_members
 from .kube import API_TIMEOUT
 from .loads import fetch_in_flight
 from .observed import ReplicaView, owned_by
@@ -362,6 +363,7 @@ class Reconciler:
         still_listed = routers.registered_urls() if routers is not None else set()
         everywhere = routers.listed_everywhere() if routers is not None else set()
         routed: list[str] = []
+        members: set[str] = set()  # rank-0 pods in the InferencePool: registered everywhere, not leaving
         for group in groups:
             replicas = group.replicas
             deregistered, off_router = set(_absent(replicas, still_listed)), _absent(replicas, everywhere)
@@ -373,6 +375,8 @@ class Reconciler:
                 if r.url and r.ready and r.draining_since is None and r.index not in leaving
                 and (not r.warm or r.index in group.plan.promote)
             ]  # fmt: skip
+            registered_urls = everywhere if routers is not None else None
+            members |= pool_members(spec.inference_pool.enabled, replicas, leaving, registered_urls)
         router_obs = RouterObservation(enabled=False, ready_pods=0, registered=0, synced=True)
         if routers is not None:
             with _step("syncing router membership"):
@@ -390,6 +394,7 @@ class Reconciler:
                 group.plan.drain = [i for i in group.plan.drain if i not in held]
 
         with _step("applying the replica plan"):
+            self._label_pool_members(owner, groups, members)
             for group in groups:
                 self._apply_plan(owner, group, stamp, body)
         observed = []
@@ -414,6 +419,21 @@ class Reconciler:
         plan = groups[0].plan if len(groups) == 1 else _merged_plan([g.plan for g in groups])
         return PassResult(plan=plan, status=status, writes=self._delta(before), expected=self.writer.expected)
 
+    def _label_pool_members(self, owner: Owner, groups: list[GroupPass], members: set[str]) -> None:
+        """Set or remove the InferencePool membership label (`inferencepool.py`) where a worker pod's differs from
+        `members`, through the bookkeeping apply. A pod whose drain starts on this pass is left to `_apply_plan`:
+        its drain apply names no label, so the label goes in the same write that marks it draining."""
+        live = {(p.get("metadata") or {}).get("name"): p for p in self._snapshot.pods or []}
+        workers = {pod_name: live[pod_name] for g in groups for r in g.replicas for pod_name in r.pod_names
+                   if pod_name in live}  # fmt: skip
+        starting = {pod_name for g in groups for r in g.replicas if r.index in g.plan.drain for pod_name in r.pod_names}
+        for pod_name, member in sorted(membership_changes(workers, members).items()):
+            if pod_name in starting:
+                continue
+            meta = workers[pod_name].get("metadata") or {}
+            annotations = _bookkeeping_annotations(meta)
+            self.writer.annotate_pod(owner.namespace, pod_name, meta.get("uid"), annotations, membership_labels(member))
+
     def _apply_plan(self, owner: Owner, group: GroupPass, stamp: str, body: dict[str, Any]) -> None:
         plan, spec = group.plan, group.group.spec
         by_index = {r.index: r for r in group.replicas}
@@ -423,8 +443,7 @@ class Reconciler:
             """Apply the pod's bookkeeping annotations as they are plus `change`: the apply names every key the
             operator keeps on the pod, so none of the others is dropped."""
             meta = (live.get(pod_name) or {}).get("metadata") or {}
-            current = meta.get("annotations") or {}
-            kept = {k: str(current[k]) for k in (ANNOTATION_DRAINING, ANNOTATION_WARM) if k in current}
+            kept = _bookkeeping_annotations(meta)
             self.writer.annotate_pod(owner.namespace, pod_name, meta.get("uid"), {**kept, **change})
 
         for index in plan.delete:
@@ -462,6 +481,12 @@ def _merged_plan(plans: list[Plan]) -> Plan:
         for part in ("create_active", "create_warm", "promote", "drain", "delete", "events"):
             getattr(merged, part).extend(getattr(plan, part))
     return merged
+
+
+def _bookkeeping_annotations(meta: dict[str, Any]) -> dict[str, str]:
+    """The bookkeeping annotations a pod carries now: every apply of its bookkeeping names them all. Pure."""
+    current = meta.get("annotations") or {}
+    return {k: str(current[k]) for k in (ANNOTATION_DRAINING, ANNOTATION_WARM) if k in current}
 
 
 def unserved_problem(ref: ChildRef) -> Problem:
