@@ -41,6 +41,9 @@ class AutoscalerStatus(SpecModel):
     observed: dict[str, str] = Field(default_factory=dict, description="Last signals, as display strings.")
     history: list[AutoscalerDecisionRecord] = Field(default_factory=list, description="The last 20 decisions.")
     state: dict[str, Any] = Field(default_factory=dict, description="Policy memory (recommendations over time).")
+    groups: dict[str, int] = Field(
+        default_factory=dict, description="With worker groups: the decision split into replicas per group."
+    )
 
 
 DiagnosticType = Literal["LoadImbalance", "SlowReplica", "CacheHitSpread", "SlowStart", "SlowScaleUp"]

@@ -31,16 +31,18 @@ from ..api.constants import (
     PLURAL,
     VERSION,
 )
+from ..api.groups import worker_groups
 from ..api.spec import AutoscalingSpec, PrometheusAuth, SGLangDeploymentSpec
 from ..api.validation import parse_spec
 from ..controller.apply import Writer
-from ..controller.fleet import desired_replicas
+from ..controller.fleet import desired_replicas, group_targets
 from ..controller.kube import API_TIMEOUT
 from ..controller.observed import owned_by
 from ..controller.status import condition, merge_conditions
 from ..settings import OperatorSettings, load_settings
 from ..topology import topology
 from .credentials import CA_FILE_ENV, TOKEN_FILE_ENV, operator_credentials, resolve_credentials
+from .fleet_split import group_fleet_state, shapes, split_capacity, unit_bounds
 from .policy import decide
 from .prometheus import Credentials, fetch_samples
 from .signals import Decision, FleetState, Samples, history_from_state, history_to_state
@@ -147,17 +149,27 @@ def autoscale_once(
         and owned_by(pod, uid)
     ]  # fmt: skip
     recommend_only = spec.autoscaling.recommend_only
-    current = fleet_state(body, pods, spec, shape.gpus_per_replica, shape.concurrency_per_replica)
     previous_status = body.get("status") or {}
     previous = previous_status.get("autoscaler") or {}
+    group_shapes = shapes(worker_groups(spec)) if spec.worker_groups else []
+    if group_shapes:  # the fleet's capacity in units of the first group's replica (`fleet_split`)
+        targets = {name: active for name, (active, _) in group_targets(spec, previous_status).items()}
+        current = group_fleet_state(group_shapes, targets, previous_status)
+        policy_spec = unit_bounds(spec.autoscaling, group_shapes)
+    else:
+        current = fleet_state(body, pods, spec, shape.gpus_per_replica, shape.concurrency_per_replica)
+        policy_spec = spec.autoscaling
     samples, error = read_metrics(core, namespace, name, spec.autoscaling, now.timestamp())
     history = history_from_state(previous.get("state"))
-    decision = decide(current, samples, spec.autoscaling, history, now.timestamp())
+    decision = decide(current, samples, policy_spec, history, now.timestamp())
     limits = {"maxReplicas": spec.autoscaling.max_replicas}
     if spec.autoscaling.max_gpus is not None:
         limits["maxGPUs"] = spec.autoscaling.max_gpus // max(1, shape.gpus_per_replica)
     metrics.autoscaler_decided(namespace, name, decision.replicas, decision.mode, decision.recommendation, limits)
     new = autoscaler_status(previous, decision, now, recommend_only)
+    if group_shapes:
+        split = split_capacity(decision.replicas * group_shapes[0].concurrency, group_shapes, spec.autoscaling.max_gpus)
+        new["groups"] = split.replicas
     generation = int(body["metadata"].get("generation") or 0)
     available = condition(
         "MetricsAvailable",

@@ -26,6 +26,9 @@ Simulation knobs (environment; pods set them through `engine.env`):
                                      /health generation probe (default 1; tests use e.g. 0.1)
     SGLANG_SIM_DRAIN_SECONDS         SIGTERM grace for in-flight requests, wall seconds (default 5)
     SGLANG_SIM_GPU_MODEL             modelName label of DCGM_FI_DEV_GPU_UTIL (default "NVIDIA H200")
+    SGLANG_SIM_SLOTS_PER_GPU         > 0: without --max-running-requests, each scheduler runs this x tp requests (the
+                                     KV pool grows with the TP group's GPUs); 0 (default): SGLANG_SIM_MAX_RUNNING
+    SGLANG_SIM_GPU_SPEED             prefill and decode rates x this: the GPU type (default 1; e.g. 0.5)
     SGLANG_SIM_LEADER_URL            ranks >= 1: rank 0's base URL for mirroring GPU activity (see leader.py)
     SGLANG_ENABLE_HEALTH_ENDPOINT_GENERATION  SGLang's own switch: false makes /health answer at once
     POD_NAME, POD_NAMESPACE, NODE_NAME        labels of the DCGM gauge (downward API)
@@ -94,7 +97,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         return 1
     for note in resolution.notes:
         log.warning(note)
-    problem = launch_problem(resolution.args, knobs.max_running)
+    problem = launch_problem(resolution.args, knobs.default_running(resolution.args.tp_size))
     if problem is not None:
         log.error("Simulated launch failure (SGLang %s accepts these arguments but cannot run): %s", version, problem)
         return 1

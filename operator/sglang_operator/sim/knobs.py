@@ -26,6 +26,17 @@ class SimKnobs:
     context_length: int = 32768  # SGLANG_SIM_CONTEXT_LENGTH: stands in for the model config's length
     gpu_model: str = "NVIDIA H200"  # SGLANG_SIM_GPU_MODEL: modelName label of DCGM_FI_DEV_GPU_UTIL
     health_generation: bool = True  # SGLANG_ENABLE_HEALTH_ENDPOINT_GENERATION (SGLang's own variable)
+    # Faults for the fleet doctor's tests, resolved for this pod (see `knobs_from_env`):
+    slowdown: float = 1.0  # SGLANG_SIM_SLOWDOWN (>= 1): prefill and decode take this many times longer
+    cache_disabled: bool = False  # SGLANG_SIM_CACHE_DISABLED: no prefix-cache hits (a cold or missing cache)
+    # The replica's shape, so that worker groups of different shapes behave differently:
+    slots_per_gpu: int = 0  # SGLANG_SIM_SLOTS_PER_GPU: > 0: default running requests per scheduler = this x tp
+    gpu_speed: float = 1.0  # SGLANG_SIM_GPU_SPEED: prefill and decode rates x this (the GPU type; e.g. 0.5)
+
+    def default_running(self, tp_size: int) -> int:
+        """Running requests per scheduler without --max-running-requests. SGLang sizes it from the KV pool, which
+        grows with the GPUs of the TP group: with SLOTS_PER_GPU set, a tp=4 replica holds twice a tp=2 one's."""
+        return self.slots_per_gpu * tp_size if self.slots_per_gpu > 0 else self.max_running
 
     @property
     def fails(self) -> bool:
@@ -37,11 +48,11 @@ class SimKnobs:
     @property
     def effective_prefill_rate(self) -> float:
         """Tokens per wall-clock second once the time scale is applied."""
-        return self.prefill_tokens_per_s / self.time_scale
+        return self.prefill_tokens_per_s * self.gpu_speed / self.time_scale / self.slowdown
 
     @property
     def effective_decode_rate(self) -> float:
-        return self.decode_tokens_per_s / self.time_scale
+        return self.decode_tokens_per_s * self.gpu_speed / self.time_scale / self.slowdown
 
 
 def _float(env: Mapping[str, str], key: str, default: float, minimum: float, strict: bool = False) -> float:
@@ -70,8 +81,29 @@ def _int(env: Mapping[str, str], key: str, default: int, minimum: int) -> int:
     return value
 
 
+def _replicas(env: Mapping[str, str], key: str) -> frozenset[str] | None:
+    """A comma-separated list of replica indexes; None when unset (the knob then applies to every replica)."""
+    raw = env.get(key)
+    if raw is None or raw.strip() == "":
+        return None
+    return frozenset(part.strip() for part in raw.split(",") if part.strip())
+
+
+def _applies(env: Mapping[str, str], key: str) -> bool:
+    """Whether a fault applies to this pod: its list `key` is unset, or names this pod's replica
+    (SGLANG_SIM_REPLICA, e.g. from the downward API: `metadata.labels['sglang.ai/replica']`). `engine.env` reaches
+    every replica, so this is how one replica of a fleet gets a fault."""
+    replicas = _replicas(env, key)
+    return replicas is None or env.get("SGLANG_SIM_REPLICA", "").strip() in replicas
+
+
 def knobs_from_env(env: Mapping[str, str]) -> SimKnobs:
+    """The knobs of this pod. SGLANG_SIM_SLOWDOWN applies where SGLANG_SIM_SLOW_REPLICAS (if set) names the pod's
+    replica; the prefix cache is disabled by SGLANG_SIM_CACHE_DISABLED (where SGLANG_SIM_COLD_CACHE_REPLICAS, if set,
+    names the pod's replica)."""
     d = SimKnobs()
+    slowdown = _float(env, "SGLANG_SIM_SLOWDOWN", d.slowdown, 1.0)
+    cache_disabled = env.get("SGLANG_SIM_CACHE_DISABLED", "").strip().lower() not in FALSY
     return SimKnobs(
         startup_seconds=_float(env, "SGLANG_SIM_STARTUP_SECONDS", d.startup_seconds, 0.0),
         prefill_tokens_per_s=_float(env, "SGLANG_SIM_PREFILL_TOKENS_PER_S", d.prefill_tokens_per_s, 0.0, True),
@@ -85,4 +117,8 @@ def knobs_from_env(env: Mapping[str, str]) -> SimKnobs:
         context_length=_int(env, "SGLANG_SIM_CONTEXT_LENGTH", d.context_length, 1),
         gpu_model=env.get("SGLANG_SIM_GPU_MODEL", d.gpu_model) or d.gpu_model,
         health_generation=env.get("SGLANG_ENABLE_HEALTH_ENDPOINT_GENERATION", "true").strip().lower() not in FALSY,
+        slowdown=slowdown if _applies(env, "SGLANG_SIM_SLOW_REPLICAS") else 1.0,
+        cache_disabled=cache_disabled and _applies(env, "SGLANG_SIM_COLD_CACHE_REPLICAS"),
+        slots_per_gpu=_int(env, "SGLANG_SIM_SLOTS_PER_GPU", d.slots_per_gpu, 0),
+        gpu_speed=_float(env, "SGLANG_SIM_GPU_SPEED", d.gpu_speed, 0.0, True),
     )

@@ -46,7 +46,7 @@ FAILURES = {
 def capacity(args: ServerArgs, knobs: SimKnobs) -> Capacity:
     """SGLang's arithmetic (`capacity.running_requests_per_rank`): attention DP divides --max-running-requests among
     its ranks; without the flag each scheduler has its own default (SGLANG_SIM_MAX_RUNNING), never divided."""
-    per_rank = max(1, args_per_rank(args, knobs.max_running))  # launch_problem refused 0 before we get here
+    per_rank = max(1, args_per_rank(args, knobs.default_running(args.tp_size)))  # launch_problem refused 0 before we get here
     mrr = args.max_running_requests if args.max_running_requests is not None else per_rank * args.num_dp_ranks
     return Capacity(
         context_length=args.context_length or knobs.context_length,
@@ -66,7 +66,7 @@ def engine_config(args: ServerArgs, knobs: SimKnobs, cap: Capacity) -> EngineCon
         max_total_tokens_per_rank=cap.max_total_tokens_per_rank,
         prefill_tokens_per_s=knobs.effective_prefill_rate,
         decode_tokens_per_s=knobs.effective_decode_rate,
-        prefix_cache=not args.disable_radix_cache,
+        prefix_cache=not args.disable_radix_cache and not knobs.cache_disabled,
         dispatch=dispatch,
     )
 
