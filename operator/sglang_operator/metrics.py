@@ -7,6 +7,8 @@ distinct message).
 """
 
 import contextlib
+from collections.abc import Mapping
+from typing import Any
 
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
 
@@ -73,7 +75,47 @@ API_REQUESTS = Counter(
     ["verb", "code"],
     registry=REGISTRY,
 )
+DIAGNOSTIC_FINDINGS = Gauge(
+    f"{_PREFIX}_diagnostic_findings",
+    "Findings the fleet doctor reports per SGLangDeployment, by type (LoadImbalance, SlowReplica, CacheHitSpread, "
+    "SlowStart, SlowScaleUp).",
+    ["namespace", "name", "type"],
+    registry=REGISTRY,
+)
 LEADER = Gauge(f"{_PREFIX}_leader", "1 while this replica holds the leader Lease, else 0.", registry=REGISTRY)
+FLEET_REPLICAS = Gauge(
+    f"{_PREFIX}_fleet_replicas",
+    "Replicas of one SGLangDeployment as its last reconcile pass saw them, by state (desired | serving | ready | "
+    "updated | registered): what its status reports, for alerts and dashboards.",
+    ["namespace", "name", "state"],
+    registry=REGISTRY,
+)
+FLEET_CONDITION = Gauge(
+    f"{_PREFIX}_fleet_condition",
+    "1 while the SGLangDeployment's condition (Ready, Progressing, Degraded, RouterSynced, MetricsAvailable) is "
+    "True, 0 while it is False.",
+    ["namespace", "name", "condition"],
+    registry=REGISTRY,
+)
+AUTOSCALER_RECOMMENDED = Gauge(
+    f"{_PREFIX}_autoscaler_recommended_replicas",
+    "What the signals alone ask for, before stabilisation, step limits and bounds, per SGLangDeployment.",
+    ["namespace", "name"],
+    registry=REGISTRY,
+)
+AUTOSCALER_LIMIT = Gauge(
+    f"{_PREFIX}_autoscaler_limit_replicas",
+    "The autoscaler's upper bound on serving replicas, by bound (maxReplicas, or maxGPUs / GPUs per replica).",
+    ["namespace", "name", "bound"],
+    registry=REGISTRY,
+)
+_CONDITIONS = ("Ready", "Progressing", "Degraded", "RouterSynced", "MetricsAvailable")
+_FLEET_STATES = {
+    "serving": "replicas",
+    "ready": "readyReplicas",
+    "updated": "updatedReplicas",
+    "registered": "registeredWorkers",
+}
 
 
 def observe_pass(seconds: float, result: str) -> None:
@@ -98,16 +140,78 @@ def drain_finished(seconds: float, timed_out: bool) -> None:
     DRAIN_SECONDS.labels(result=result).observe(seconds)
 
 
-def autoscaler_decided(namespace: str, name: str, replicas: int, mode: str) -> None:
+def autoscaler_decided(
+    namespace: str,
+    name: str,
+    replicas: int,
+    mode: str,
+    recommendation: int | None = None,
+    limits: Mapping[str, int] | None = None,
+) -> None:
+    """One decision; `recommendation` (the signals' count before bounds) and `limits` (bound -> replicas:
+    `maxReplicas`, and `maxGPUs` when set) let an alert tell a fleet capped by its bounds."""
     AUTOSCALER_DESIRED.labels(namespace=namespace, name=name).set(replicas)
     AUTOSCALER_DECISIONS.labels(mode=mode or "unknown").inc()
+    if recommendation is not None:
+        AUTOSCALER_RECOMMENDED.labels(namespace=namespace, name=name).set(recommendation)
+    for bound in ("maxReplicas", "maxGPUs"):
+        if limits is not None and bound in limits:
+            AUTOSCALER_LIMIT.labels(namespace=namespace, name=name, bound=bound).set(limits[bound])
+        else:
+            with contextlib.suppress(KeyError):
+                AUTOSCALER_LIMIT.remove(namespace, name, bound)
+
+
+def fleet_status(namespace: str, name: str, status: Mapping[str, Any]) -> None:
+    """Record a pass's status of one SGLangDeployment: the replica counts it has (desired is the denominator of
+    `status.ready`, "ready/desired") and its conditions. A failed pass's status carries conditions only: the
+    counts keep their last values, as the CR's status does."""
+    ready = str(status.get("ready") or "")
+    counts = {state: status.get(key) for state, key in _FLEET_STATES.items()}
+    if ready.partition("/")[2].isdigit():
+        counts["desired"] = int(ready.partition("/")[2])
+    for state, value in counts.items():
+        if isinstance(value, int) and not isinstance(value, bool):
+            FLEET_REPLICAS.labels(namespace=namespace, name=name, state=state).set(value)
+    for cond in status.get("conditions") or []:
+        if isinstance(cond, Mapping) and cond.get("status") in ("True", "False") and cond.get("type") in _CONDITIONS:
+            FLEET_CONDITION.labels(namespace=namespace, name=name, condition=cond["type"]).set(
+                1 if cond["status"] == "True" else 0
+            )
 
 
 def forget_deployment(namespace: str, name: str) -> None:
-    """Drop a deleted CR's per-deployment series, so hundreds of short-lived fleets leave none behind."""
-    with contextlib.suppress(KeyError):
-        AUTOSCALER_DESIRED.remove(namespace, name)
+    """Drop the autoscaler's series of a CR whose autoscaler stopped (deleted, or autoscaling switched off), so
+    hundreds of short-lived fleets leave none behind."""
+    for gauge, rest in ((AUTOSCALER_DESIRED, [()]), (AUTOSCALER_RECOMMENDED, [()]),
+                        (AUTOSCALER_LIMIT, [("maxReplicas",), ("maxGPUs",)])):  # fmt: skip
+        for labels in rest:
+            with contextlib.suppress(KeyError):
+                gauge.remove(namespace, name, *labels)
+
+
+def forget_fleet(namespace: str, name: str) -> None:
+    """Drop a CR's fleet series when its reconcile loop stops (the CR was deleted, or this replica stopped leading:
+    only the leader reports fleets)."""
+    for state in ("desired", *_FLEET_STATES):
+        with contextlib.suppress(KeyError):
+            FLEET_REPLICAS.remove(namespace, name, state)
+    for cond in _CONDITIONS:
+        with contextlib.suppress(KeyError):
+            FLEET_CONDITION.remove(namespace, name, cond)
 
 
 def count_api_request(verb: str, code: int | str) -> None:
     API_REQUESTS.labels(verb=verb.lower(), code=str(code)).inc()
+
+
+def diagnostic_findings(namespace: str, name: str, kind: str, count: int) -> None:
+    """The fleet doctor's reported findings of one type for one SGLangDeployment."""
+    DIAGNOSTIC_FINDINGS.labels(namespace=namespace, name=name, type=kind).set(count)
+
+
+def forget_diagnostics(namespace: str, name: str, kinds: tuple[str, ...]) -> None:
+    """Drop a fleet's finding series when its doctor stops (CR deleted or diagnostics disabled)."""
+    for kind in kinds:
+        with contextlib.suppress(KeyError):
+            DIAGNOSTIC_FINDINGS.remove(namespace, name, kind)

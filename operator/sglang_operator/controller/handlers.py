@@ -21,6 +21,7 @@ from typing import Any
 
 import kopf
 
+from .. import metrics
 from ..api.constants import GROUP, LABEL_DEPLOYMENT, PLURAL, VERSION
 from .apply import possible_children
 from .kube import api_client
@@ -184,6 +185,7 @@ async def sgld_reconcile_loop(
             await _sleep_or_wake(wake, backoff_seconds(failures, resync_seconds()))
     finally:
         _unregister(namespace, name, wake)
+        metrics.forget_fleet(namespace, name)
 
 
 async def _sleep_or_wake(wake: asyncio.Event, seconds: float) -> None:
