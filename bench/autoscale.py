@@ -14,20 +14,27 @@ import math
 import sys
 import time
 from dataclasses import dataclass
+from multiprocessing import Pool
 from pathlib import Path
 
 import numpy as np
-from fleetsim import traces
+from fleetsim import frontier, traces
 from fleetsim.baselines import Hpa, Keda, Oracle, Static, capacity_need, oracle_plan, slo_need
 from fleetsim.ours import Ours
 from fleetsim.report import Score, dominates, interpolate_miss, plot, score, table
-from fleetsim.sim import Controller, SimConfig, simulate
+from fleetsim.sim import Controller, SimConfig, SimResult, simulate
 
 from sglang_operator.api.spec import AutoscalingSpec
 
 BIN_S = 15.0  # the oracle's interval: the autoscalers' decision interval
 SLO_BIN_S = 1.0  # the zero-miss oracle's resolution
 FRONTIER_HEADROOMS = (0.0, 0.15, 0.3, 0.5, 0.8, 1.2, 2.0)
+KNOB_GRID = (0.0, 0.15, 0.3, 0.5, 0.8, 1.2, 2.0, 3.0)  # --frontier: headroom of ours, and of HPA's / KEDA's target
+MISS_TARGETS = (1.0, 0.1)  # percent: the frontier's two SLO targets
+BISECT_STEPS = 4
+LOWER_BOUND_BINS_S = (1.0, 2.0, 5.0)  # the greedy zero-miss plan's resolutions tried for the lower bound
+FRONTIER_POLICIES = ("sglang-operator", "hpa", "keda", "static")
+OUR_KNOB = "targets.burstHeadroom"  # the policy's knob on the frontier: it scales the peak and the burst envelope
 STATIC_ABOVE_PEAK = 2  # --frontier's static fleets go from 1 to the oracle's peak plus this
 HISTORY_RATE_S = 60.0  # the pre-trace history runs at the trace's mean rate over its first minute
 
@@ -68,8 +75,18 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     p.add_argument(
         "--frontier",
         action="store_true",
-        help="also run HPA at other targets and static fleets of every size, and report the misses each would "
-        "have at the policy's (and the static fleets at HPA's) replica-hours",
+        help="sweep each policy's knob (ours: targets.headroom; HPA/KEDA: the target per replica; static: the "
+        "count) for the cheapest replica-hours at <= 1 %% and <= 0.1 %% misses, and find the cheapest zero-miss "
+        "plan; implies --equal-cost",
+    )
+    p.add_argument(
+        "--equal-cost",
+        action="store_true",
+        help="also run HPA at other targets and static fleets of every size, and report the misses each would have "
+        "at the policy's (and the static fleets at HPA's) replica-hours (--frontier does this too)",
+    )
+    p.add_argument(
+        "--jobs", type=int, default=1, help="--frontier: worker processes for the policies' sweeps (at most 2 here)"
     )
     p.add_argument("--only", action="append", default=None, help="run only these policies (debugging)")
     p.add_argument("--seed", type=int, default=0)
@@ -162,6 +179,99 @@ def static_frontier(p: Prepared, args: argparse.Namespace) -> list[tuple[int, fl
     return points
 
 
+def settled_miss_pct(p: Prepared, result: SimResult, args: argparse.Namespace) -> float:
+    """SLO misses among the requests that arrive after the first start-up delay: before it, no policy can have
+    added a replica, so those misses are the opening count's, the same for every policy that starts there."""
+    late = p.trace.arrivals >= args.startup
+    if not late.any():
+        return 0.0
+    return 100.0 * float(np.mean(result.waits[late] > args.slo_wait))
+
+
+def knob_point(p: Prepared, args: argparse.Namespace, policy: str, knob: float) -> frontier.Point:
+    """One run of `policy` with its knob at `knob`: ours with targets.headroom = knob; HPA and KEDA with the target
+    C / (mean slot x (1 + knob)); static with `knob` replicas."""
+    finished = args.baseline_qps == "finished"
+    target = args.concurrency / (float(p.service.mean()) * (1.0 + knob))
+    ctrl: Controller
+    if policy == "sglang-operator":
+        ctrl = Ours(override(p.spec, [f"{OUR_KNOB}={knob}"]), p.initial)
+    elif policy == "hpa":
+        ctrl = Hpa(target, p.initial, args.min_replicas, args.max_replicas, finished=finished)
+    elif policy == "keda":
+        ctrl = Keda(target, p.initial, args.min_replicas, args.max_replicas, finished=finished)
+    else:
+        ctrl = Static(int(knob), name=f"static-{int(knob)}")
+    result = simulate(p.trace.arrivals, p.service, ctrl, p.cfg)
+    return frontier.Point(knob, result.replica_seconds / 3600.0, settled_miss_pct(p, result, args))
+
+
+def policy_frontier(p: Prepared, args: argparse.Namespace, policy: str) -> dict[str, object]:
+    """The cheapest replica-hours at which `policy` meets each miss target, its knob there, and every point run."""
+    if policy == "static":
+        best = {
+            target: frontier.smallest_static(
+                lambda n: knob_point(p, args, policy, n), max(1, int(p.needed.max())), target
+            )
+            for target in MISS_TARGETS
+        }
+        points: list[frontier.Point] = []
+    else:
+        best, points = frontier.cheapest(
+            lambda k: knob_point(p, args, policy, k), KNOB_GRID, MISS_TARGETS, BISECT_STEPS
+        )
+    out: dict[str, object] = {}
+    for target, key in zip(MISS_TARGETS, ("1pct", "01pct"), strict=True):
+        point = best[target]
+        out[f"cost_{key}_h"] = round(point.replica_hours, 4) if point else None
+        out[f"knob_{key}"] = round(point.knob, 4) if point else None
+        out[f"miss_{key}_pct"] = round(point.miss_pct, 4) if point else None
+    out["points"] = [[round(x.knob, 4), round(x.replica_hours, 4), round(x.miss_pct, 4)] for x in points]
+    return out
+
+
+def zero_miss_plans(p: Prepared, args: argparse.Namespace) -> dict[str, object]:
+    """The cheapest zero-miss plan found, and a proven lower bound on every zero-miss plan.
+
+    Found: the greedy zero-miss profile (`slo_need`) at each resolution of LOWER_BOUND_BINS_S, planned as the
+    oracle plans (gaps shorter than a start-up bridged, replicas started a start-up ahead), each run in the
+    simulator; the cheapest with no miss after the first start-up delay counts. The greedy at 1 s is
+    `slo-oracle`. It is a plan, so an upper bound on the cheapest zero-miss cost, not a lower bound.
+    Proven: `frontier.proven_bound_s`, which no zero-miss plan can undercut."""
+    found: list[tuple[float, float]] = []
+    for bin_s in LOWER_BOUND_BINS_S:
+        need = slo_need(p.trace.arrivals, p.service, args.concurrency, args.slo_wait, bin_s)
+        plan = oracle_plan(need, bin_s, args.startup)
+        result = simulate(p.trace.arrivals, p.service, Oracle(plan, bin_s, name=f"zero-miss-{bin_s:g}s"), p.cfg)
+        if settled_miss_pct(p, result, args) == 0.0:
+            found.append((result.replica_seconds / 3600.0, bin_s))
+    proven = frontier.proven_bound_s(p.trace.arrivals, p.service, args.concurrency, args.slo_wait, args.startup)
+    best = min(found) if found else None
+    return {
+        "lower_bound_h": round(best[0], 4) if best else None,
+        "lower_bound_bin_s": best[1] if best else None,
+        "zero_miss_plans_h": {f"{b:g}s": round(h, 4) for h, b in sorted(found, key=lambda x: x[1])},
+        "proven_lower_bound_h": round(proven / 3600.0, 4),
+    }
+
+
+def _frontier_task(job: tuple[Prepared, argparse.Namespace, str]) -> tuple[str, dict[str, object]]:  # a Pool job
+    p, args, what = job
+    return what, zero_miss_plans(p, args) if what == "bound" else policy_frontier(p, args, what)
+
+
+def frontiers(p: Prepared, args: argparse.Namespace) -> tuple[dict[str, dict[str, object]], dict[str, object]]:
+    """Every policy's frontier and the zero-miss plans, in `--jobs` processes."""
+    jobs = [(p, args, what) for what in ("bound", *FRONTIER_POLICIES)]
+    if args.jobs > 1:
+        with Pool(args.jobs) as pool:
+            done = dict(pool.map(_frontier_task, jobs, chunksize=1))
+    else:
+        done = dict(map(_frontier_task, jobs))
+    bound = done.pop("bound")
+    return done, bound
+
+
 def run_trace(path: str, args: argparse.Namespace) -> dict[str, object]:
     started = time.monotonic()
     p = prepare(path, args)
@@ -187,13 +297,13 @@ def run_trace(path: str, args: argparse.Namespace) -> dict[str, object]:
         f"{tr.arrivals[-1] / 60:.1f} min, C={c}, mean slot {svc.mean():.2f}s, start-up {args.startup:.0f}s, "
         f"SLO wait {args.slo_wait:g}s, baseline target {target_qps:.2f} req/s/replica"
     )
-    frontier = None
-    if args.frontier:
+    equal_cost = cost_frontier = bound = None
+    if args.frontier or args.equal_cost:
         points, statics = hpa_frontier(p, args), static_frontier(p, args)
         hpa_line = [(rh, m) for _, rh, m in points]
         static_line = [(rh, m) for _, rh, m in statics]
         hpa_hours = scores["hpa"].replica_hours if "hpa" in scores else None
-        frontier = {
+        equal_cost = {
             "hpa_points": [
                 {"headroom": h, "replica_hours": round(rh, 4), "slo_miss_pct": round(m, 4)} for h, rh, m in points
             ],
@@ -206,6 +316,8 @@ def run_trace(path: str, args: argparse.Namespace) -> dict[str, object]:
                 interpolate_miss(static_line, hpa_hours) if hpa_hours is not None else None
             ),
         }
+    if args.frontier:
+        cost_frontier, bound = frontiers(p, args)
     png = None
     if not args.no_plot:
         png = args.out / f"autoscale-{Path(path).stem}.png"
@@ -219,7 +331,9 @@ def run_trace(path: str, args: argparse.Namespace) -> dict[str, object]:
         "dominates": {b: dominates(ours, scores[b]) for b in ("hpa", "keda") if b in scores},
         "goal_met": ours.replica_hours <= 1.25 * oracle_h and ours.slo_miss_pct <= 1.0,
         "policies": {name: _as_json(s, oracle_h) for name, s in scores.items()},
-        "frontier": frontier,
+        "frontier": cost_frontier,
+        **(bound or {}),
+        "equal_cost": equal_cost,
         "png": str(png) if png else None,
         "seconds": round(time.monotonic() - started, 2),
         "_scores": list(scores.values()),
@@ -264,6 +378,26 @@ def _as_json(s: Score, oracle_hours: float) -> dict[str, float | int]:
     }
 
 
+def frontier_table(report: dict[str, object]) -> str:
+    """The cheapest replica-hours each policy reaches each miss target at, over the lower bound found."""
+    front: dict[str, dict[str, object]] = report["frontier"]  # type: ignore[assignment]
+    bound = report.get("lower_bound_h")
+    lines = [
+        f"cost at equal SLO (misses after the first start-up delay; knob swept): lower bound found {bound} h "
+        f"({report.get('zero_miss_plans_h')}), proven {report.get('proven_lower_bound_h')} h",
+        f"{'policy':<16}{'<= 1 %: h':>11}{'x bound':>9}{'knob':>8}{'<= 0.1 %: h':>13}{'x bound':>9}{'knob':>8}",
+    ]
+    for name, row in front.items():
+        cells = []
+        for key in ("1pct", "01pct"):
+            h, knob = row[f"cost_{key}_h"], row[f"knob_{key}"]
+            ratio = f"{h / bound:.3f}" if isinstance(h, float) and isinstance(bound, float) and bound else "-"
+            cells.append((f"{h:.3f}" if isinstance(h, float) else "never", ratio, "-" if knob is None else f"{knob:g}"))
+        (a, b, c), (d, e, f) = cells
+        lines.append(f"{name:<16}{a:>11}{b:>9}{c:>8}{d:>13}{e:>9}{f:>8}")
+    return "\n".join(lines)
+
+
 def main(argv: list[str] | None = None) -> int:
     args = parse_args(argv)
     for path in args.trace:
@@ -275,14 +409,16 @@ def main(argv: list[str] | None = None) -> int:
         oracle_h = next(s.replica_hours for s in scores if s.name == "oracle")
         print(table(str(report["title"]), scores, oracle_h))
         dom = report["dominates"]
-        if report["frontier"]:
-            front: dict[str, object] = report["frontier"]  # type: ignore[assignment]
+        if report["equal_cost"]:
+            front: dict[str, object] = report["equal_cost"]  # type: ignore[assignment]
             print(
                 f"at the policy's replica-hours (interpolated): HPA at other targets would miss "
                 f"{front['hpa_miss_pct_at_our_replica_hours']} %, a static fleet "
                 f"{front['static_miss_pct_at_our_replica_hours']} %; "
                 f"at HPA's replica-hours a static fleet would miss {front['static_miss_pct_at_hpa_replica_hours']} %"
             )
+        if report["frontier"]:
+            print(frontier_table(report))
         print(
             f"dominates: {dom}; "
             f"goal (<= 1.25 x oracle, <= 1 % misses): {report['goal_met']}; "

@@ -6,7 +6,7 @@ from typing import Any
 
 from sglang_operator.api.spec import AutoscalingSpec
 from sglang_operator.autoscaling.policy import decide
-from sglang_operator.autoscaling.signals import Decision, FleetState, Recommendation, Samples
+from sglang_operator.autoscaling.signals import Block, Decision, FleetState, Recommendation, Samples
 from sglang_operator.sim.metrics import QUEUE_BUCKETS
 
 from .sim import Command, FleetView, Scrapes
@@ -87,6 +87,7 @@ class Ours:
     initial_replicas: int
     name: str = "sglang-operator"
     history: tuple[Recommendation, ...] = ()
+    envelope: tuple[Block, ...] = ()
     decisions: list[tuple[float, Decision]] = field(default_factory=list)
 
     @property
@@ -106,8 +107,8 @@ class Ours:
             concurrency_per_replica=view.concurrency,
         )
         samples = samples_from_scrapes(view.scrapes, self.spec, view.t, view.concurrency)
-        decision = decide(fleet, samples, self.spec, self.history, view.t)
-        self.history = decision.history
+        decision = decide(fleet, samples, self.spec, self.history, view.t, self.envelope)
+        self.history, self.envelope = decision.history, decision.envelope
         if decision.replicas != view.desired:
             self.decisions.append((view.t, decision))
         return Command(decision.replicas, decision.warm_replicas)

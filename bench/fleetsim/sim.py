@@ -40,6 +40,7 @@ class Scrapes:
     queue_le: list[tuple[float, ...]] = field(default_factory=list)
     """Per scrape, the `sglang:queue_time_seconds` bucket counts: requests admitted after waiting at most
     QUEUE_BUCKETS[k] seconds, for each k, then the +Inf bucket (every admitted request)."""
+    _rates: dict[tuple[int, float, int], float | None] = field(default_factory=dict, repr=False)
 
     def points(self, window: float) -> int:
         """Scrapes inside (t - window, t], as Prometheus' range selector sees them."""
@@ -58,8 +59,13 @@ class Scrapes:
         return series[j] - series[i], self.t[j] - self.t[i]
 
     def rate(self, series: list[float], window: float, at: int = -1) -> float | None:
-        d = self.delta(series, window, at)
-        return None if d is None else d[0] / d[1]
+        """rate(series[window]) at scrape `at`; remembered, since past scrapes never change (controllers ask for
+        the same sliding windows at every decision)."""
+        key = (id(series), window, len(self.t) + at if at < 0 else at)
+        if key not in self._rates:
+            d = self.delta(series, window, at)
+            self._rates[key] = None if d is None else d[0] / d[1]
+        return self._rates[key]
 
     def bucket_delta(self, bound: int, window: float) -> float | None:
         """increase(queue-time bucket `bound`, -1 for +Inf) over a window ending at the latest scrape."""

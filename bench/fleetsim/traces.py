@@ -5,6 +5,8 @@ Azure CSV (`TIMESTAMP,ContextTokens,GeneratedTokens`, one request per row) and M
 """
 
 import csv
+import gzip
+import io
 import json
 from dataclasses import dataclass
 from datetime import UTC, datetime
@@ -21,10 +23,17 @@ class Trace:
     tokens_out: np.ndarray
 
 
+def _open(path: Path) -> io.TextIOBase:
+    """A trace file as text; a `.gz` file is decompressed on the fly (the day-long traces ship compressed)."""
+    if path.suffix == ".gz":
+        return io.TextIOWrapper(gzip.open(path, "rb"), encoding="utf-8", newline="")
+    return path.open(encoding="utf-8", newline="")
+
+
 def load(path: str | Path) -> Trace:
-    """Read either format, detected from the first non-blank character (`{` means JSONL)."""
+    """Read either format (optionally gzip-compressed), detected from the first non-blank character (`{`: JSONL)."""
     path = Path(path)
-    with path.open(encoding="utf-8") as f:
+    with _open(path) as f:
         head = f.read(4096).lstrip()
     if not head:
         raise ValueError(f"{path}: empty trace")
@@ -39,7 +48,7 @@ def load(path: str | Path) -> Trace:
 
 def _jsonl(path: Path) -> list[tuple[float, float, float]]:
     rows = []
-    with path.open(encoding="utf-8") as f:
+    with _open(path) as f:
         for line in f:
             if line.strip():
                 obj = json.loads(line)
@@ -57,7 +66,7 @@ def _parse_time(text: str) -> float:
 
 def _azure_csv(path: Path) -> list[tuple[float, float, float]]:
     rows = []
-    with path.open(encoding="utf-8", newline="") as f:
+    with _open(path) as f:
         reader = csv.DictReader(f)
         fields = {name.strip().lower(): name for name in reader.fieldnames or []}
         try:

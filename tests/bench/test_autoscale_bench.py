@@ -60,12 +60,12 @@ def test_daily_swing_in_azure_format(tmp_path: Path) -> None:
     # decides it: without the sustained-rise rule the 120 s stable rate lags it and misses more than HPA.
     swing = shape_named("swing")
     trace = write_shape(swing, tmp_path, "azure")
-    report = run_bench(trace, "--frontier", *SMALL)
+    report = run_bench(trace, "--equal-cost", *SMALL)
     assert_shape(report, "swing.csv")
     assert report["requests"] == len(poisson(swing.rate, swing.seconds, swing.seed)) * report["scale"]
     assert_dominates(report)
     ours = report["policies"]["sglang-operator"]
-    at_equal_cost = report["frontier"]["hpa_miss_pct_at_our_replica_hours"]
+    at_equal_cost = report["equal_cost"]["hpa_miss_pct_at_our_replica_hours"]
     assert at_equal_cost is not None and ours["slo_miss_pct"] < at_equal_cost
     lagging = run_bench(trace, "--set", "sustainedRise.enabled=false", *SMALL)["policies"]["sglang-operator"]
     assert lagging["slo_miss_pct"] > report["policies"]["hpa"]["slo_miss_pct"] > ours["slo_miss_pct"]
@@ -79,29 +79,29 @@ def test_daily_swing_in_azure_format(tmp_path: Path) -> None:
 def test_daily_swing_in_mooncake_format(tmp_path: Path) -> None:
     # Requests in pairs with equal timestamps (Mooncake's batches). The policy dominates, and at equal cost
     # (HPA re-run at other targets, interpolated to our hours) HPA would miss far more.
-    report = run_bench(write_shape(shape_named("swing"), tmp_path, "mooncake"), "--frontier", *SMALL)
+    report = run_bench(write_shape(shape_named("swing"), tmp_path, "mooncake"), "--equal-cost", *SMALL)
     assert_shape(report, "swing.jsonl")
     assert_dominates(report)
-    at_equal_cost = report["frontier"]["hpa_miss_pct_at_our_replica_hours"]
+    at_equal_cost = report["equal_cost"]["hpa_miss_pct_at_our_replica_hours"]
     assert at_equal_cost is not None
     assert report["policies"]["sglang-operator"]["slo_miss_pct"] < at_equal_cost
     # Static fleets of 1 .. peak + 2: each replica costs the same, and capacity never delays a FIFO start.
-    statics = report["frontier"]["static_points"]
+    statics = report["equal_cost"]["static_points"]
     assert [p["replicas"] for p in statics] == list(range(1, len(statics) + 1))
     hours = [p["replica_hours"] for p in statics]
     assert all(abs(h - hours[0] * (i + 1)) < 1e-3 for i, h in enumerate(hours))
     misses = [p["slo_miss_pct"] for p in statics]
     assert misses == sorted(misses, reverse=True) and misses[-1] < misses[0]
-    assert report["frontier"]["static_miss_pct_at_hpa_replica_hours"] is not None
+    assert report["equal_cost"]["static_miss_pct_at_hpa_replica_hours"] is not None
 
 
 def test_periodic_busy_stretches_keep_their_capacity_through_the_troughs(tmp_path: Path) -> None:
     # Five busy minutes, five quiet ones. A fleet released in the trough meets the next rise a start-up delay short
     # (HPA misses over half the requests); the quiet lookback (600 s) keeps it, at the same cost as HPA.
-    report = run_bench(write_shape(shape_named("on-off-300s"), tmp_path, "mooncake"), "--frontier", *SMALL)
+    report = run_bench(write_shape(shape_named("on-off-300s"), tmp_path, "mooncake"), "--equal-cost", *SMALL)
     assert_shape(report, "on-off-300s.jsonl")
     ours = report["policies"]["sglang-operator"]
-    at_equal_cost = report["frontier"]["hpa_miss_pct_at_our_replica_hours"]
+    at_equal_cost = report["equal_cost"]["hpa_miss_pct_at_our_replica_hours"]
     assert at_equal_cost is not None and ours["slo_miss_pct"] < at_equal_cost / 2
     assert ours["replica_hours"] <= 1.05 * report["policies"]["hpa"]["replica_hours"]
 

@@ -45,7 +45,7 @@ from .credentials import CA_FILE_ENV, TOKEN_FILE_ENV, operator_credentials, reso
 from .fleet_split import group_fleet_state, shapes, split_capacity, unit_bounds
 from .policy import decide
 from .prometheus import Credentials, fetch_samples
-from .signals import Decision, FleetState, Samples, history_from_state, history_to_state
+from .signals import Decision, FleetState, Samples, envelope_from_state, history_from_state, history_to_state
 
 PROMETHEUS_URL_ENV = "SGLANG_OPERATOR_PROMETHEUS_URL"
 HISTORY_LENGTH = 20
@@ -114,7 +114,7 @@ def autoscaler_status(
         "mode": decision.mode,
         "observed": {key: _fmt(value) for key, value in decision.observed.items()},
         "history": history[-HISTORY_LENGTH:],
-        "state": history_to_state(decision.history),
+        "state": history_to_state(decision.history, decision.envelope),
     }
 
 
@@ -160,8 +160,9 @@ def autoscale_once(
         current = fleet_state(body, pods, spec, shape.gpus_per_replica, shape.concurrency_per_replica)
         policy_spec = spec.autoscaling
     samples, error = read_metrics(core, namespace, name, spec.autoscaling, now.timestamp())
-    history = history_from_state(previous.get("state"))
-    decision = decide(current, samples, policy_spec, history, now.timestamp())
+    state = previous.get("state")
+    history, envelope = history_from_state(state), envelope_from_state(state)
+    decision = decide(current, samples, policy_spec, history, now.timestamp(), envelope)
     limits = {"maxReplicas": spec.autoscaling.max_replicas}
     if spec.autoscaling.max_gpus is not None:
         limits["maxGPUs"] = spec.autoscaling.max_gpus // max(1, shape.gpus_per_replica)

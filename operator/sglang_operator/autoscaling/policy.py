@@ -8,10 +8,14 @@ How one decision is made (docs/autoscaling.md has the reasons, docs/autoscaling-
 2. Bursty traffic (the busiest short-window rate of the last minutes is `burstyTraffic.threshold` x the mean rate or
    more) switches to that rule's constants: bursts that short end before a replica started for them is ready, so
    the fleet is sized for the busiest rate and held, instead of following the current rate (`_regime`).
-3. Steady demand, in fractional replicas: the capacity rule Q x T x (1 + headroom) / C, with Q the larger of the
-   stable rate (with headroom) and the peak short-window rate of the recent past (with burst headroom) and T the time
-   a request holds a slot. While the stable rate has risen at every step for several minutes (a ramp, not a step or
-   noise: `sustainedRise`), it is projected along that rise over the start-up delay first. A GPU-utilisation target
+3. Steady demand, in fractional replicas: the capacity rule Q x T x (1 + headroom) / C, with Q the largest of the
+   stable rate (with headroom), the peak short-window rate of the recent past (with burst headroom) and the burst
+   envelope (with burst headroom), and T the time a request holds a slot. The envelope is the busiest short-window
+   rate of the last hour, each past peak scaled down by as much as the half-hour mean rate has fallen since it: a
+   burst seen an hour ago on traffic that has not declined is held (the next one is likely as high, and a replica
+   started for it arrives after it), while a day's sustained decline releases it. While the stable rate has risen
+   at every step for several minutes (a ramp, not a step or noise: `sustainedRise`), it is projected along that
+   rise over the start-up delay first. A GPU-utilisation target
    can only raise it; any traffic keeps one replica.
 4. Backlog: queued requests beyond what the fleet tolerates are a one-off debt, paid with extra replicas that drain
    them within one start-up delay. That part is not remembered, so it leaves as soon as the queue does.
@@ -25,6 +29,7 @@ How one decision is made (docs/autoscaling.md has the reasons, docs/autoscaling-
 7. Bounds: minReplicas/maxReplicas and the GPU budget (warm replicas give way first).
 """
 
+import bisect
 import itertools
 import math
 from collections.abc import Sequence
@@ -32,10 +37,16 @@ from dataclasses import dataclass, replace
 
 from ..api.spec import AutoscalingSpec, SustainedRise
 from ..capacity import ceil_replicas, replicas_exact
-from .signals import Decision, FleetState, Mode, Recommendation, Samples
+from .signals import Block, Decision, FleetState, Mode, Recommendation, Samples
 
 # Enough memory for a 300 s window at a 15 s interval even before compaction; compaction usually keeps far fewer.
 MAX_MEMORY = 20
+
+# The burst envelope (step 3 of the module docstring): the busiest short-window rate of each ENVELOPE_BLOCK_S is
+# remembered for ENVELOPE_HOLD_S, scaled down by how far the mean rate over ENVELOPE_MEAN_S has fallen since.
+ENVELOPE_BLOCK_S = 300.0
+ENVELOPE_HOLD_S = 3600.0
+ENVELOPE_MEAN_S = 1800.0
 
 
 @dataclass(frozen=True)
@@ -56,8 +67,10 @@ def decide(
     spec: AutoscalingSpec,
     history: Sequence[Recommendation],
     now: float,
+    envelope: Sequence[Block] = (),
 ) -> Decision:
-    """Decide the serving replica count for the next interval."""
+    """Decide the serving replica count for the next interval. `history` and `envelope` are the memory the previous
+    decision returned (`Decision.history`, `Decision.envelope`)."""
     low, high, budget = _bounds(spec, current.gpus_per_replica)
     memory = prune_history(history, now, spec)
     problem = _metrics_problem(current, samples, spec, now)
@@ -73,11 +86,14 @@ def decide(
             warm_replicas=_warm(spec, held, budget),
             promote=0,
             history=memory,
+            envelope=tuple(envelope),
         )
 
+    blocks = update_envelope(envelope, samples, now)
+    burst_envelope = envelope_qps(blocks, now)
     rule, rates, regime = _regime(spec, samples)
     slope = None if regime else sustained_slope(samples.qps_trend, spec.sustained_rise)
-    demand = _demand(current, rates, rule, slope)
+    demand = _demand(current, rates, rule, slope, burst_envelope * (1.0 + spec.targets.burst_headroom))
     if regime:
         demand = replace(demand, why=f"{regime}; {demand.why}")
     steady = _tolerate(demand.steady, current.desired, rule)
@@ -108,7 +124,54 @@ def decide(
         warm_replicas=warm,
         promote=promote,
         history=memory,
+        envelope=blocks,
     )
+
+
+def update_envelope(blocks: Sequence[Block], samples: Samples, now: float) -> tuple[Block, ...]:
+    """The envelope's memory with this reading added: its busiest short-window rate (`qps_peak`, `qps_burst`) and
+    its stable rate go into the newest block, or start a new one every ENVELOPE_BLOCK_S; blocks older than the hold
+    plus the mean's window are dropped (at most 19 blocks)."""
+    peaks = [x for x in (samples.qps_peak, samples.qps_burst, samples.qps) if x is not None and _usable(x)]
+    kept = [b for b in blocks if now - ENVELOPE_HOLD_S - ENVELOPE_MEAN_S < b.start <= now]
+    if not peaks or samples.qps is None or not _usable(samples.qps):
+        return tuple(kept)
+    peak, qps = max(peaks), samples.qps
+    if kept and now - kept[-1].start < ENVELOPE_BLOCK_S:
+        last = kept[-1]
+        kept[-1] = Block(last.start, max(last.peak_qps, peak), last.qps_sum + qps, last.readings + 1)
+    else:
+        kept.append(Block(now, peak, qps, 1))
+    return tuple(kept)
+
+
+def envelope_qps(blocks: Sequence[Block], now: float) -> float:
+    """The burst envelope: the highest block peak of the last ENVELOPE_HOLD_S, each scaled by the mean rate now over
+    the mean rate when it was seen (only down: a risen mean is in the newest peaks already); 0 without memory.
+
+    Means are over ENVELOPE_MEAN_S of blocks ending at each block. A burst lifts its own mean a little, so a past
+    burst is held a little lower than it was; a day's decline lowers the mean now, and the held peaks with it."""
+
+    if not blocks:
+        return 0.0
+    sums = list(itertools.accumulate((b.qps_sum for b in blocks), initial=0.0))
+    counts = list(itertools.accumulate((b.readings for b in blocks), initial=0))
+    starts = [b.start for b in blocks]
+
+    def mean_at(i: int) -> float:  # blocks i - k .. i, those within ENVELOPE_MEAN_S of block i
+        first = bisect.bisect_right(starts, starts[i] - ENVELOPE_MEAN_S)
+        count = counts[i + 1] - counts[first]
+        return (sums[i + 1] - sums[first]) / count if count else 0.0
+
+    now_mean = mean_at(len(blocks) - 1)
+    held = 0.0
+    for i, b in enumerate(blocks):
+        if now - b.start >= ENVELOPE_HOLD_S:
+            continue
+        then = mean_at(i)
+        scale = 1.0 if then <= 0 else min(1.0, now_mean / then)
+        held = max(held, b.peak_qps * scale)
+    return held
 
 
 def prune_history(history: Sequence[Recommendation], now: float, spec: AutoscalingSpec) -> tuple[Recommendation, ...]:
@@ -245,10 +308,12 @@ def sustained_slope(trend: Sequence[tuple[float, float]] | None, rule: Sustained
     if not rule.enabled or not trend:
         return None
     newest = trend[-1][0]
+    times = [point[0] for point in trend]
     rates: list[float] = []
     for k in range(rule.steps, -1, -1):
         at = newest - k * rule.step_seconds
-        time, rate = min(trend, key=lambda point: abs(point[0] - at))
+        i = bisect.bisect_left(times, at)  # the nearest reading is at i - 1 or i (the series is oldest first)
+        time, rate = min(trend[max(0, i - 1) : i + 1], key=lambda point: abs(point[0] - at))
         if abs(time - at) > rule.step_seconds / 4:
             return None
         rates.append(rate)
@@ -257,11 +322,14 @@ def sustained_slope(trend: Sequence[tuple[float, float]] | None, rule: Sustained
     return (rates[-1] - rates[0]) / (rule.steps * rule.step_seconds)
 
 
-def _demand(current: FleetState, samples: Samples, spec: AutoscalingSpec, slope: float | None) -> Demand:
+def _demand(
+    current: FleetState, samples: Samples, spec: AutoscalingSpec, slope: float | None, envelope_load: float = 0.0
+) -> Demand:
     """Fractional replicas the signals ask for, their parts (for status) and a sentence explaining them.
 
     `slope` (req/s per second) is a sustained rise of the stable rate: the rate is then projected by
     `sustainedRise.projection` x slope over the start-up delay plus the stable window's lag (half its length).
+    `envelope_load` is the burst envelope with its headroom (req/s).
     """
     c = max(1, current.concurrency_per_replica)
     targets = spec.targets
@@ -282,8 +350,11 @@ def _demand(current: FleetState, samples: Samples, spec: AutoscalingSpec, slope:
     if slot:
         stable_load = qps * (1.0 + targets.headroom)
         burst_load = peak * (1.0 + targets.burst_headroom)
-        capacity = replicas_exact(max(stable_load, burst_load), slot, c)
+        capacity = replicas_exact(max(stable_load, burst_load, envelope_load), slot, c)
         basis = f"{peak:.3g} req/s peak" if burst_load > stable_load else why
+        if envelope_load > max(stable_load, burst_load):
+            basis = f"{envelope_load:.3g} req/s burst envelope ({qps:.3g} req/s now)"
+            parts["envelopeQps"] = envelope_load
         why = f"{basis} x {slot:.3g}s slot / C {c} = {capacity:.2f}"
         parts["capacityReplicas"] = capacity
     steady = capacity

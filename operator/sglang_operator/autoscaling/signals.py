@@ -84,6 +84,17 @@ class Recommendation:
 
 
 @dataclass(frozen=True)
+class Block:
+    """A few minutes of the burst envelope's memory (see `policy.update_envelope`): the busiest short-window request
+    rate seen in them, and the stable rates read in them (their sum and count, for the long mean rate)."""
+
+    start: float
+    peak_qps: float
+    qps_sum: float
+    readings: int
+
+
+@dataclass(frozen=True)
 class Decision:
     replicas: int
     """Serving replicas to run (ready + starting)."""
@@ -101,11 +112,36 @@ class Decision:
     """Warm replicas to register now (part of the scale-up, not on top of it)."""
     history: tuple[Recommendation, ...] = ()
     """The policy's memory to pass to the next `decide` (see `history_to_state`)."""
+    envelope: tuple[Block, ...] = ()
+    """The burst envelope's memory to pass to the next `decide` (see `history_to_state`)."""
 
 
-def history_to_state(history: Sequence[Recommendation]) -> dict[str, Any]:
+def history_to_state(history: Sequence[Recommendation], envelope: Sequence[Block] = ()) -> dict[str, Any]:
     """The policy memory as JSON for `status.autoscaler.state`."""
-    return {"recommendations": [[round(r.time, 3), r.replicas] for r in history]}
+    state: dict[str, Any] = {"recommendations": [[round(r.time, 3), r.replicas] for r in history]}
+    if envelope:
+        state["envelope"] = [
+            [round(b.start, 3), round(b.peak_qps, 4), round(b.qps_sum, 4), b.readings] for b in envelope
+        ]
+    return state
+
+
+def envelope_from_state(state: Mapping[str, Any] | None) -> tuple[Block, ...]:
+    """Parse the envelope `history_to_state` wrote; anything malformed is dropped (the memory is advisory)."""
+    raw = (state or {}).get("envelope")
+    if not isinstance(raw, list):
+        return ()
+    out: list[Block] = []
+    for item in raw:
+        if not isinstance(item, list | tuple) or len(item) != 4:
+            continue
+        start, peak, total, readings = item
+        numbers = (start, peak, total)
+        if not all(isinstance(x, int | float) and not isinstance(x, bool) and math.isfinite(x) for x in numbers):
+            continue
+        if isinstance(readings, int) and not isinstance(readings, bool) and readings > 0 and peak >= 0 <= total:
+            out.append(Block(float(start), float(peak), float(total), readings))
+    return tuple(sorted(out, key=lambda b: b.start))
 
 
 def history_from_state(state: Mapping[str, Any] | None) -> tuple[Recommendation, ...]:
