@@ -1,4 +1,4 @@
-"""`sglang-operator {run,render,validate,plan,sim}`.
+"""`sglang-operator {run,render,validate,plan,doctor,sim}`.
 
 Exit codes: 0 success; 1 the CR is invalid (render/validate); 2 the command could not run (unreadable file,
 YAML error, wrong kind or apiVersion, bad arguments). Errors go to stderr as one line each, never a traceback:
@@ -21,6 +21,7 @@ from .api.spec import SGLangDeploymentSpec
 from .api.validation import NAME_RULE, check_pod_policy, parse_spec
 from .capacity import concurrency_per_replica, plan_for_spec, replicas_for_load
 from .crfile import CRFileError, LoadedCR, load_cr
+from .groupplan import GroupArgError, format_plan, parse_group, plan_groups
 from .render import Owner, render_all
 from .settings import OperatorSettings, PodPolicy
 
@@ -168,6 +169,8 @@ class SpecInvalid(Exception):
 def cmd_plan(args: argparse.Namespace) -> int:
     if args.file is not None and args.concurrency is not None:
         raise UsageError("give --concurrency or -f SPEC (which sets it), not both")
+    if args.group:
+        return _plan_mix(args)
     try:
         concurrency, spec = _plan_concurrency(args)
     except SpecInvalid:
@@ -204,6 +207,25 @@ def cmd_plan(args: argparse.Namespace) -> int:
     return 0
 
 
+def _plan_mix(args: argparse.Namespace) -> int:
+    """`plan --group ... [--group ...]`: per-group and total capacity of a mix of shapes, and with a load the
+    autoscaler's split for it."""
+    if args.file is not None or args.concurrency is not None:
+        raise UsageError("--group describes the fleet: give it without -f and --concurrency")
+    if (args.qps is None) != (args.latency is None):
+        raise UsageError("give both --qps and --latency, or neither")
+    for flag, value in (("--qps", args.qps), ("--latency", args.latency)):
+        if value is not None and (not math.isfinite(value) or value <= 0 or value > 1e9):
+            raise UsageError(f"{flag} must be a positive number (got {value})")
+    try:
+        groups = [parse_group(text, i) for i, text in enumerate(args.group)]
+    except GroupArgError as err:
+        raise UsageError(str(err)) from err
+    plan = plan_groups(groups, args.qps, args.latency, args.headroom)
+    print(json.dumps(plan) if args.output == "json" else format_plan(plan))
+    return 0
+
+
 def cmd_run(args: argparse.Namespace) -> int:
     from .controller import leader
     from .controller.runner import LeaderElection, operator_environment, run_operator
@@ -235,6 +257,18 @@ def cmd_run(args: argparse.Namespace) -> int:
         metrics_port=args.metrics_port,
         metrics_address=args.metrics_address,
     )
+
+
+def cmd_doctor(args: argparse.Namespace) -> int:
+    """The fleet doctor's findings for one SGLangDeployment (the code lives in `doctor.report`)."""
+    from .doctor.report import DoctorError, default_namespace, examine, render
+
+    try:
+        report = examine(args.name, args.namespace or default_namespace(), args.prometheus_url)
+    except DoctorError as exc:
+        raise UsageError(str(exc)) from exc
+    sys.stdout.write(render(report, args.output))
+    return 1 if report["findings"] else 0
 
 
 class _Parser(argparse.ArgumentParser):
@@ -293,6 +327,12 @@ def build_parser() -> argparse.ArgumentParser:
         "-f", "--file", help="take the concurrency from this SGLangDeployment, as SGLang computes it ('-' for stdin)"
     )
     plan.add_argument("--headroom", type=float, default=0.3, help="spare capacity fraction (default 0.3)")
+    plan.add_argument(
+        "--group",
+        action="append",
+        metavar="tp=4,count=1[,dp=N,attentionDP=N,maxRunningRequests=N|concurrency=N,max=N,name=X]",
+        help="one worker group of a mix (repeat): prints per-group and total capacity",
+    )
     plan.add_argument("-o", "--output", choices=["text", "json"], default="text")
     plan.set_defaults(func=cmd_plan)
 
@@ -353,6 +393,22 @@ def build_parser() -> argparse.ArgumentParser:
     )
     run.add_argument("-v", "--verbose", action="store_true")
     run.set_defaults(func=cmd_run)
+
+    doctor = sub.add_parser(
+        "doctor",
+        help="diagnose a fleet: uneven load, slow replicas, cache-hit spread, slow starts and scale-ups (exit 0: "
+        "no findings, 1: findings, 2: could not read the fleet)",
+    )
+    doctor.add_argument("name", metavar="NAME", help="the SGLangDeployment")
+    doctor.add_argument("-n", "--namespace", metavar="NS", help="its namespace (default: the kubeconfig context's)")
+    doctor.add_argument("-o", "--output", choices=("table", "json"), default="table")
+    doctor.add_argument(
+        "--prometheus-url",
+        metavar="URL",
+        help="read metrics here (default: the CR's autoscaling.prometheusURL with its prometheusAuth, else "
+        "$SGLANG_OPERATOR_PROMETHEUS_URL)",
+    )
+    doctor.set_defaults(func=cmd_doctor)
 
     sub.add_parser("sim", help="run the SGLang engine simulator: sglang-operator sim <sglang.launch_server flags>")
     return parser
