@@ -1,5 +1,6 @@
 # The operator image: `sglang-operator run` (kopf) on python:3.11-slim, as a non-root user.
-#   docker build -t ghcr.io/sglang-operator/sglang-operator:0.1.0 .
+#   make image    (docker, buildah or podman; tags ghcr.io/sglang-operator/sglang-operator:<chart appVersion>)
+# Into kind: kind load docker-image ghcr.io/sglang-operator/sglang-operator:0.1.0 (docs/operations.md, "Image").
 # The chart (charts/sglang-operator) runs it with `command: ["sglang-operator"]`, `args: ["run", ...]`, a
 # read-only root filesystem and an emptyDir on /tmp.
 
