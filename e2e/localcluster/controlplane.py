@@ -19,7 +19,7 @@ from pathlib import Path
 
 from localcluster import procs
 from localcluster.paths import StateLayout
-from localcluster.pki import Pki, ensure_pki, write_kubeconfig
+from localcluster.pki import FRONT_PROXY_CLIENT, Pki, ensure_pki, write_kubeconfig
 
 COMPONENTS = ("etcd", "kube-apiserver", "kube-controller-manager", "kube-scheduler")
 SERVICE_CIDR = "10.96.0.0/12"  # bookkeeping only: there is no kube-proxy
@@ -95,6 +95,15 @@ def apiserver_args(bin_dir: Path, pki: Pki, ports: Ports) -> list[str]:
         "--endpoint-reconciler-type=none",
         "--allow-privileged=true",
         "--profiling=false",
+        # The aggregation layer (extension API servers such as prometheus-adapter's metrics APIs): the aggregator
+        # proxies with the front proxy's client certificate and names the user in these headers.
+        f"--requestheader-client-ca-file={pki.front_proxy_ca_crt}",
+        f"--requestheader-allowed-names={FRONT_PROXY_CLIENT}",
+        "--requestheader-username-headers=X-Remote-User",
+        "--requestheader-group-headers=X-Remote-Group",
+        "--requestheader-extra-headers-prefix=X-Remote-Extra-",
+        f"--proxy-client-cert-file={pki.crt(FRONT_PROXY_CLIENT)}",
+        f"--proxy-client-key-file={pki.key(FRONT_PROXY_CLIENT)}",
     ]
 
 

@@ -3,6 +3,8 @@
 One CA signs the API server's serving certificate (127.0.0.1, localhost and the in-cluster DNS names) and one
 client certificate per identity: the admin (group system:masters) and the controller-manager and scheduler
 under the names the bootstrap RBAC policy already grants. A separate RSA key signs service-account tokens.
+A second CA, the front proxy's, signs the client certificate the API server's aggregator presents to extension
+API servers (prometheus-adapter): they trust the user it names only from that CA and that name.
 Extensions (key identifiers, critical basic constraints) satisfy Python's strict X.509 verification.
 """
 
@@ -26,6 +28,9 @@ SERVING_SANS = (
     "DNS:kubernetes.default.svc",
     "DNS:kubernetes.default.svc.cluster.local",
 )
+FRONT_PROXY_CA = "front-proxy-ca"
+FRONT_PROXY_CLIENT = "front-proxy-client"
+"""The aggregator's client certificate's CN: the one name `--requestheader-allowed-names` admits."""
 # file stem -> (subject, extendedKeyUsage)
 LEAVES = {
     "apiserver": ("/CN=kube-apiserver", "serverAuth"),
@@ -65,6 +70,14 @@ class Pki:
         leaves = [p for stem in LEAVES for p in (self.crt(stem), self.key(stem))]
         return [self.ca_crt, self.ca_key, self.sa_key, self.sa_pub, *leaves]
 
+    @property
+    def front_proxy_ca_crt(self) -> Path:
+        return self.dir / f"{FRONT_PROXY_CA}.crt"
+
+    def front_proxy_files(self) -> list[Path]:
+        stems = (FRONT_PROXY_CA, FRONT_PROXY_CLIENT)
+        return [p for stem in stems for p in (self.crt(stem), self.key(stem))]
+
 
 def _openssl(*args: str, cwd: Path) -> None:
     proc = subprocess.run(["openssl", *args], cwd=cwd, capture_output=True, text=True)
@@ -86,35 +99,57 @@ def leaf_extensions(usage: str, sans: tuple[str, ...]) -> str:
 
 
 def ensure_pki(directory: Path) -> Pki:
-    """Create the CA, leaf certificates and service-account key pair unless all of them already exist."""
+    """Create the CA, leaf certificates and service-account key pair unless all of them already exist, and the
+    front proxy's CA and client certificate unless they exist (made apart, so a PKI made before they existed keeps
+    its CA)."""
     pki = Pki(directory)
-    if all(path.exists() for path in pki.files()):
-        return pki
-    directory.mkdir(parents=True, exist_ok=True)
-    directory.chmod(0o700)
+    if not all(path.exists() for path in pki.files()):
+        _make_main(pki)
+    if not all(path.exists() for path in pki.front_proxy_files()):
+        _make_front_proxy(pki)
+    return pki
+
+
+def _make_ca(directory: Path, stem: str, subject: str) -> None:
     _openssl(
         "req", "-x509", "-new", "-nodes", "-newkey", "rsa:2048", "-sha256", "-days", DAYS,
-        "-keyout", "ca.key", "-out", "ca.crt", "-subj", "/CN=localcluster-ca",
+        "-keyout", f"{stem}.key", "-out", f"{stem}.crt", "-subj", subject,
         "-addext", "basicConstraints=critical,CA:TRUE",
         "-addext", "keyUsage=critical,keyCertSign,cRLSign,digitalSignature",
         cwd=directory,
     )  # fmt: skip
+
+
+def sign_leaf(directory: Path, stem: str, subject: str, usage: str, sans: tuple[str, ...], ca: str = "ca") -> None:
+    """`<stem>.key` and `<stem>.crt` in `directory`, signed by the CA `<ca>.crt`/`<ca>.key` there."""
+    ext = directory / f"{stem}.ext"
+    ext.write_text(leaf_extensions(usage, sans))
+    _openssl(
+        "req", "-new", "-nodes", "-newkey", "rsa:2048", "-keyout", f"{stem}.key", "-out", f"{stem}.csr",
+        "-subj", subject, cwd=directory,
+    )  # fmt: skip
+    _openssl(
+        "x509", "-req", "-in", f"{stem}.csr", "-CA", f"{ca}.crt", "-CAkey", f"{ca}.key", "-CAcreateserial",
+        "-sha256", "-days", DAYS, "-extfile", f"{stem}.ext", "-out", f"{stem}.crt", cwd=directory,
+    )  # fmt: skip
+    (directory / f"{stem}.csr").unlink()
+    ext.unlink()
+
+
+def _make_front_proxy(pki: Pki) -> None:
+    _make_ca(pki.dir, FRONT_PROXY_CA, "/CN=localcluster-front-proxy-ca")
+    sign_leaf(pki.dir, FRONT_PROXY_CLIENT, f"/CN={FRONT_PROXY_CLIENT}", "clientAuth", (), ca=FRONT_PROXY_CA)
+
+
+def _make_main(pki: Pki) -> None:
+    directory = pki.dir
+    directory.mkdir(parents=True, exist_ok=True)
+    directory.chmod(0o700)
+    _make_ca(directory, "ca", "/CN=localcluster-ca")
     for stem, (subject, usage) in LEAVES.items():
-        ext = directory / f"{stem}.ext"
-        ext.write_text(leaf_extensions(usage, SERVING_SANS if usage == "serverAuth" else ()))
-        _openssl(
-            "req", "-new", "-nodes", "-newkey", "rsa:2048", "-keyout", f"{stem}.key", "-out", f"{stem}.csr",
-            "-subj", subject, cwd=directory,
-        )  # fmt: skip
-        _openssl(
-            "x509", "-req", "-in", f"{stem}.csr", "-CA", "ca.crt", "-CAkey", "ca.key", "-CAcreateserial",
-            "-sha256", "-days", DAYS, "-extfile", f"{stem}.ext", "-out", f"{stem}.crt", cwd=directory,
-        )  # fmt: skip
-        (directory / f"{stem}.csr").unlink()
-        ext.unlink()
+        sign_leaf(directory, stem, subject, usage, SERVING_SANS if usage == "serverAuth" else ())
     _openssl("genrsa", "-out", "sa.key", "2048", cwd=directory)
     _openssl("rsa", "-in", "sa.key", "-pubout", "-out", "sa.pub", cwd=directory)
-    return pki
 
 
 def _b64(path: Path) -> str:
