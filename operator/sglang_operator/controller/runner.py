@@ -189,6 +189,7 @@ def run_operator(
     logging.basicConfig(level=logging.DEBUG if verbose else logging.INFO, format="%(asctime)s %(name)s %(message)s")
     os.environ.update(environment or {})  # the settings' variables, from `operator_environment`
     from ..autoscaling import daemon  # noqa: F401  (registers the autoscaler)
+    from ..doctor import daemon as doctor_daemon  # noqa: F401  (registers the fleet doctor)
     from . import handlers  # noqa: F401  (registers the handlers)
     from .kube import api_client
 

@@ -1,0 +1,90 @@
+"""kopf wiring of the fleet doctor: one coroutine per SGLangDeployment with `diagnostics.enabled`, one evaluation per
+`diagnostics.intervalSeconds`.
+
+Like the autoscaler's daemon it holds no thread: each evaluation runs in the shared pool (`controller.workqueue`)
+from the CR's body kopf keeps current and the pods of the operator's pod index (no GET or LIST per pass); Secrets
+(a router API key) come through the reconciler's cache.
+"""
+
+import asyncio
+import functools
+import logging
+from collections.abc import Mapping
+from typing import Any
+
+import kopf
+from kubernetes import client
+
+from .. import metrics
+from ..api.constants import GROUP, PLURAL, VERSION
+from ..api.validation import parse_spec
+from ..controller.kube import API_TIMEOUT, api_client
+from ..controller.state import SECRETS, PodKey, plain
+from ..controller.workqueue import backoff_seconds, run_in_pool
+from .model import FINDING_TYPES
+from .run import doctor_once
+
+log = logging.getLogger(__name__)
+MAX_INTERVAL_SECONDS = 3600.0
+
+
+def _enabled(spec: Any, **_: Any) -> bool:
+    diagnostics = spec.get("diagnostics")
+    return not isinstance(diagnostics, dict) or diagnostics.get("enabled", True) is not False
+
+
+def interval_seconds(spec: Any) -> float:
+    """The CR's `diagnostics.intervalSeconds` from the raw spec, clamped to [5, 3600] (default 30)."""
+    diagnostics = spec.get("diagnostics")
+    value = diagnostics.get("intervalSeconds") if isinstance(diagnostics, dict) else None
+    if isinstance(value, bool) or not isinstance(value, int | float) or value != value:
+        return 30.0
+    return min(max(float(value), 5.0), MAX_INTERVAL_SECONDS)
+
+
+@kopf.daemon(GROUP, VERSION, PLURAL, id="doctor", when=_enabled, cancellation_timeout=10.0)
+async def sgld_doctor_loop(
+    stopped: kopf.DaemonStopped,
+    name: str,
+    namespace: str | None,
+    spec: Any,
+    body: kopf.Body,
+    **indexes: Any,
+) -> None:
+    assert namespace is not None  # the CRD is namespaced
+    sgld_pods: Mapping[PodKey, Any] = indexes["sgld_pods"]
+    api = api_client()
+
+    core = client.CoreV1Api(api)
+
+    def read_secret(ns: str, secret: str) -> Any:
+        """Through the reconciler's Secret cache (one GET per Secret per minute at most)."""
+
+        def read() -> Any:
+            try:
+                return dict(api.sanitize_for_serialization(
+                    core.read_namespaced_secret(secret, ns, _request_timeout=API_TIMEOUT)))  # fmt: skip
+            except client.ApiException as e:
+                if e.status == 404:
+                    return None
+                raise
+
+        return SECRETS.get((ns, secret), read)
+
+    failures = 0
+    try:
+        await asyncio.sleep(interval_seconds(spec))  # the first evaluation after one interval: the fleet is starting
+        while not stopped:
+            cr, pods = plain(body), [plain(pod) for pod in sgld_pods.get((namespace, name), ())]
+            parsed, _ = parse_spec(cr.get("spec"))
+            if parsed is not None and parsed.diagnostics.enabled:
+                try:
+                    await run_in_pool(functools.partial(doctor_once, api, cr, parsed, pods, read_secret))
+                    failures = 0
+                except Exception:  # a failed pass changes nothing; the next one tries again, backing off
+                    failures += 1
+                    log.exception("diagnostics pass of %s/%s failed", namespace, name)
+            interval = interval_seconds(spec)
+            await asyncio.sleep(min(interval, backoff_seconds(failures, interval)))
+    finally:
+        metrics.forget_diagnostics(namespace, name, FINDING_TYPES)

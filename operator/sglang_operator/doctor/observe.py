@@ -1,0 +1,269 @@
+"""What the doctor reads, and the pure parsing of it.
+
+I/O: per-replica PromQL over the window (the autoscaler's client, credentials and label names, see
+`autoscaling.prometheus`) and each router pod's worker list (`router.client`). Every call is bounded by what is left
+of one total deadline for the whole evaluation; a failed or malformed answer makes that signal unknown (None), never
+an exception out of the evaluation.
+
+Pure: `pod_facts` and `fleet_facts` turn the pods' and the CR's JSON into the doctor's values.
+"""
+
+import math
+import re
+import shlex
+import time
+from collections.abc import Mapping, Sequence
+from datetime import datetime
+from typing import Any
+
+from prometheus_api_client import PrometheusConnect
+
+from ..api.constants import (
+    ANNOTATION_DRAINING,
+    ANNOTATION_WARM,
+    COMPONENT_ROUTER,
+    COMPONENT_WORKER,
+    GROUP,
+    LABEL_COMPONENT,
+    LABEL_NODE_RANK,
+    LABEL_REPLICA,
+)
+from ..api.spec import SGLangDeploymentSpec
+from ..autoscaling.prometheus import Queries, _matchers
+from ..router.client import RouterClient, RouterError
+from .diagnose import scale_ups
+from .model import FleetFacts, PodFacts, ReplicaMetrics, RouterView
+
+LABEL_GROUP = f"{GROUP}/group"
+"""The worker-group label (#19); the same key as `constants.LABEL_WORKER_GROUP` once that is committed."""
+MIN_CALL_SECONDS = 0.5
+"""A call is not started with less than this left of the deadline."""
+
+
+def promql(namespace: str, name: str, window: int, labels: Queries | None = None) -> dict[str, str]:
+    """The per-replica PromQL of each `ReplicaMetrics` field, grouped by the pod label."""
+    q = labels or Queries()
+    workers = _matchers({q.namespace_label: namespace, q.deployment_label: name, q.component_label: q.worker_component})
+    namespace_only = _matchers({q.namespace_label: namespace})
+    pod, w = q.pod_label, f"{window}s"
+
+    def mean_of(metric: str) -> str:
+        total = f"sum by ({pod}) (rate({metric}_sum{{{workers}}}[{w}]))"
+        return f"{total} / sum by ({pod}) (rate({metric}_count{{{workers}}}[{w}]))"
+
+    return {
+        "load": f"sum by ({pod}) (avg_over_time(sglang:num_running_reqs{{{workers}}}[{w}]))"
+        f" + sum by ({pod}) (avg_over_time(sglang:num_queue_reqs{{{workers}}}[{w}]))",
+        "requests": f"sum by ({pod}) (increase(sglang:num_requests_total{{{workers}}}[{w}]))",
+        "ttft": mean_of("sglang:time_to_first_token_seconds"),
+        "itl": mean_of("sglang:inter_token_latency_seconds"),
+        "cache_hit_rate": f"avg by ({pod}) (avg_over_time(sglang:cache_hit_rate{{{workers}}}[{w}]))",
+        "gpu_model": f"count by ({pod}, modelName) (DCGM_FI_DEV_GPU_UTIL{{{namespace_only}}})",
+    }
+
+
+def read_metrics(
+    client: PrometheusConnect, namespace: str, name: str, window: int, deadline: float, labels: Queries | None = None
+) -> ReplicaMetrics:
+    """Each per-replica signal over the window; a query that fails, times out or answers in another shape leaves
+    its field None and says why in `errors`. Stops querying once the deadline (monotonic seconds) has passed."""
+    pod_label = (labels or Queries()).pod_label
+    values: dict[str, Any] = {}
+    errors: list[str] = []
+    for field, query in promql(namespace, name, window, labels).items():
+        left = deadline - time.monotonic()
+        if left < MIN_CALL_SECONDS:
+            errors.append(f"{field}: not read, the evaluation's deadline passed")
+            continue
+        try:
+            result = client.custom_query(query, timeout=left)
+            values[field] = _labels(result, pod_label) if field == "gpu_model" else _per_pod(result, pod_label)
+        except Exception as e:  # whatever the client or Prometheus does wrong is "unknown", never raised
+            errors.append(f"{field}: {_why(e)}")
+    return ReplicaMetrics(window_seconds=window, errors=tuple(errors), **values)
+
+
+def _per_pod(result: Any, pod_label: str) -> dict[str, float]:
+    if not isinstance(result, list):
+        raise ValueError("not a vector")
+    out: dict[str, float] = {}
+    for item in result:
+        pod = item["metric"].get(pod_label)
+        value = float(item["value"][1])
+        if isinstance(pod, str) and math.isfinite(value):
+            out[pod] = value
+    return out
+
+
+def _labels(result: Any, pod_label: str) -> dict[str, str]:
+    if not isinstance(result, list):
+        raise ValueError("not a vector")
+    out: dict[str, str] = {}
+    for item in result:
+        pod, model = item["metric"].get(pod_label), item["metric"].get("modelName")
+        if isinstance(pod, str) and isinstance(model, str):
+            out[pod] = model[:128]
+    return out
+
+
+def _why(error: BaseException) -> str:
+    """Why a query failed, never what the server said."""
+    from ..autoscaling.prometheus import _why as prometheus_why
+
+    if isinstance(error, KeyError | IndexError | TypeError | ValueError | AttributeError):
+        return "unexpected answer (not a PromQL vector)"
+    return prometheus_why(error, 0)
+
+
+def read_routers(
+    router_pods: Sequence[Mapping[str, Any]], port: int, api_key: str | None, deadline: float
+) -> tuple[RouterView, ...]:
+    """Each Ready router pod's worker list (URL -> healthy); a router that cannot be read has `workers` None."""
+    views = []
+    for pod in router_pods:
+        ip = (pod.get("status") or {}).get("podIP")
+        name = str((pod.get("metadata") or {}).get("name", ""))
+        if not ip or not _ready(pod) or (pod.get("metadata") or {}).get("deletionTimestamp"):
+            continue
+        left = deadline - time.monotonic()
+        if left < MIN_CALL_SECONDS:
+            views.append(RouterView(name, None))
+            continue
+        router = RouterClient(f"http://{ip}:{port}", api_key, timeout=min(left, 5.0))
+        try:
+            workers = router.list_workers()
+            views.append(RouterView(name, {w.url: w.healthy for w in workers if w.status != "draining"}))
+        except RouterError:
+            views.append(RouterView(name, None))
+        finally:
+            router.close()
+    return tuple(views)
+
+
+# -- pure parsing ----------------------------------------------------------------------------------------------------
+def _time(value: Any) -> float | None:
+    if not isinstance(value, str):
+        return None
+    try:
+        return datetime.fromisoformat(value.replace("Z", "+00:00")).timestamp()
+    except ValueError:
+        return None
+
+
+def _condition(status: Mapping[str, Any], kind: str) -> Mapping[str, Any]:
+    for c in status.get("conditions") or []:
+        if isinstance(c, dict) and c.get("type") == kind:
+            return c
+    return {}
+
+
+def _ready(pod: Mapping[str, Any]) -> bool:
+    return _condition(pod.get("status") or {}, "Ready").get("status") == "True"
+
+
+def pod_facts(pod: Mapping[str, Any]) -> PodFacts:
+    """The doctor's view of one worker pod's JSON."""
+    meta, spec, status = pod.get("metadata") or {}, pod.get("spec") or {}, pod.get("status") or {}
+    labels, annotations = meta.get("labels") or {}, meta.get("annotations") or {}
+    containers = [c for c in status.get("containerStatuses") or [] if isinstance(c, dict)]
+    main = containers[0] if containers else {}
+    running = (main.get("state") or {}).get("running") or {}
+    ready = _ready(pod)
+    try:
+        rank = int(labels.get(LABEL_NODE_RANK, "0"))
+    except ValueError:
+        rank = -1
+    serving = (
+        not meta.get("deletionTimestamp")
+        and ANNOTATION_DRAINING not in annotations
+        and annotations.get(ANNOTATION_WARM) != "true"
+    )
+    restarts = main.get("restartCount")
+    return PodFacts(
+        name=str(meta.get("name", "")),
+        replica=str(labels.get(LABEL_REPLICA, "")),
+        group=str(labels.get(LABEL_GROUP, "")),
+        rank=rank,
+        node=str(spec.get("nodeName") or ""),
+        created=_time(meta.get("creationTimestamp")),
+        scheduled=_time(_condition(status, "PodScheduled").get("lastTransitionTime")),
+        started=_time(running.get("startedAt")),
+        ready=ready,
+        ready_since=_time(_condition(status, "Ready").get("lastTransitionTime")) if ready else None,
+        restarts=restarts if isinstance(restarts, int) else 0,
+        serving=serving,
+    )
+
+
+def _flag(args: Sequence[str], flag: str, default: float) -> float:
+    """The value of `--flag V` or `--flag=V` in the router's extra args (the last one wins, as in argparse)."""
+    value = default
+    words = list(args)
+    for i, word in enumerate(words):
+        text = None
+        if word == flag and i + 1 < len(words):
+            text = words[i + 1]
+        elif word.startswith(flag + "="):
+            text = word.split("=", 1)[1]
+        if text is not None:
+            try:
+                number = float(text)
+            except ValueError:
+                continue
+            value = number if math.isfinite(number) else value
+    return value
+
+
+def _split(args: Sequence[str]) -> list[str]:
+    words: list[str] = []
+    for arg in args:
+        try:
+            words += shlex.split(arg)
+        except ValueError:
+            words.append(arg)
+    return words
+
+
+_URL = re.compile(r"^[0-9a-fA-F:.]+$")
+
+
+def fleet_facts(
+    body: Mapping[str, Any],
+    spec: SGLangDeploymentSpec,
+    pods: Sequence[Mapping[str, Any]],
+    routers: Sequence[RouterView],
+    now: float,
+) -> FleetFacts:
+    """The fleet's non-metric facts from the CR and its pods (workers and routers, as the pod index holds them)."""
+    workers = [
+        p for p in pods if ((p.get("metadata") or {}).get("labels") or {}).get(LABEL_COMPONENT) == COMPONENT_WORKER
+    ]
+    facts = tuple(pod_facts(p) for p in workers)
+    urls = {}
+    for pod, fact in zip(workers, facts, strict=True):
+        ip = (pod.get("status") or {}).get("podIP")
+        if fact.rank == 0 and isinstance(ip, str) and _URL.match(ip):
+            host = f"[{ip}]" if ":" in ip else ip
+            urls[fact.name] = f"http://{host}:{spec.engine.port}"
+    status = body.get("status") or {}
+    autoscaler = status.get("autoscaler") or {}
+    owns = spec.autoscaling.enabled and not spec.autoscaling.recommend_only
+    args = _split(spec.router.args)
+    return FleetFacts(
+        now=now,
+        pods=facts,
+        policy=spec.router.policy,
+        sticky_sessions=spec.router.sticky_sessions.enabled,
+        router_enabled=spec.router.enabled,
+        balance_abs_threshold=_flag(args, "--balance-abs-threshold", 64.0),
+        balance_rel_threshold=_flag(args, "--balance-rel-threshold", 1.5),
+        cache_type=spec.model.cache.type,
+        routers=tuple(routers),
+        pod_urls=urls,
+        scale_ups=scale_ups(autoscaler.get("history"), not owns),
+        ready_replicas=int(status.get("readyReplicas") or 0) if isinstance(status.get("readyReplicas"), int) else 0,
+    )
+
+
+def router_pods(pods: Sequence[Mapping[str, Any]]) -> list[Mapping[str, Any]]:
+    return [p for p in pods if ((p.get("metadata") or {}).get("labels") or {}).get(LABEL_COMPONENT) == COMPONENT_ROUTER]

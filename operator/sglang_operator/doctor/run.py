@@ -1,0 +1,165 @@
+"""One evaluation of one fleet: observe (`observe`), diagnose (`diagnose`), and for the operator also remember
+(`hysteresis`) and report (status, events, metric).
+
+The operator's pass writes `status.diagnostics` and nothing else, with a merge patch of that one field (the doctor is
+its only writer, so no resourceVersion guard is needed and none of the reconciler's or the autoscaler's fields is
+touched), only when it changed; a healthy fleet that never had a finding is never written. A Warning event is posted
+once per finding, when it appears, and a Normal one when it clears.
+"""
+
+import base64
+import binascii
+import logging
+import time
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass
+from datetime import UTC, datetime
+from typing import Any
+
+from kubernetes import client
+
+from .. import metrics as operator_metrics
+from ..api.constants import GROUP, PLURAL, VERSION
+from ..api.spec import SGLangDeploymentSpec
+from ..autoscaling.loop import prometheus_access
+from ..autoscaling.prometheus import Credentials, connect
+from ..controller.apply import Writer
+from ..controller.kube import API_TIMEOUT
+from .diagnose import diagnose
+from .hysteresis import Evolution, evolve, is_empty
+from .model import FINDING_TYPES, Diagnosis, ReplicaMetrics
+from .observe import fleet_facts, read_metrics, read_routers, router_pods
+
+DEADLINE_SECONDS = 20.0
+"""The whole evaluation's budget: every Prometheus query and router call shares it."""
+log = logging.getLogger(__name__)
+
+
+@dataclass(frozen=True)
+class Evaluation:
+    diagnosis: Diagnosis
+    metrics: ReplicaMetrics | None
+
+
+SecretReader = Callable[[str, str], Mapping[str, Any] | None]
+"""(namespace, name) -> the Secret as JSON, or None when absent."""
+
+
+def evaluate(
+    api: client.ApiClient,
+    body: Mapping[str, Any],
+    spec: SGLangDeploymentSpec,
+    pods: Sequence[Mapping[str, Any]],
+    now: float | None = None,
+    prometheus_url: str | None = None,
+    read_secret: SecretReader | None = None,
+    deadline_seconds: float = DEADLINE_SECONDS,
+) -> Evaluation:
+    """Observe and diagnose once; never raises for what Prometheus or a router answers. `prometheus_url` given:
+    read it without credentials (the CLI's `--prometheus-url`); else where the autoscaler reads."""
+    meta = body.get("metadata") or {}
+    namespace, name = str(meta.get("namespace", "")), str(meta.get("name", ""))
+    now = time.time() if now is None else now
+    deadline = time.monotonic() + deadline_seconds
+    core = client.CoreV1Api(api)
+    metrics, why = None, None
+    url: str | None
+    credentials: Credentials | None
+    if prometheus_url:
+        url, credentials = prometheus_url, Credentials()
+    else:
+        url, credentials, why = prometheus_access(core, namespace, spec.autoscaling)
+    if url is not None and credentials is not None:
+        try:
+            prometheus = connect(url, min(5.0, deadline_seconds), credentials)
+            metrics = read_metrics(prometheus, namespace, name, spec.diagnostics.window_seconds, deadline)
+        except Exception as e:  # e.g. a malformed URL
+            why = f"cannot use Prometheus at {url[:200]!r}: {type(e).__name__}"
+    reader = read_secret or _secret_reader(api)
+    api_key, key_error = _router_api_key(spec, namespace, reader)
+    routers = () if key_error else read_routers(router_pods(pods), spec.router.port, api_key, deadline)
+    facts = fleet_facts(body, spec, pods, routers, now)
+    return Evaluation(diagnose(metrics, facts, spec.diagnostics, why), metrics)
+
+
+def _secret_reader(api: client.ApiClient) -> SecretReader:
+    core = client.CoreV1Api(api)
+
+    def read(namespace: str, name: str) -> Mapping[str, Any] | None:
+        try:
+            return dict(api.sanitize_for_serialization(
+                core.read_namespaced_secret(name, namespace, _request_timeout=API_TIMEOUT)))  # fmt: skip
+        except client.ApiException as e:
+            if e.status == 404:
+                return None
+            raise
+
+    return read
+
+
+def _router_api_key(spec: SGLangDeploymentSpec, namespace: str, read: SecretReader) -> tuple[str | None, str | None]:
+    """(key, None), (None, None) without one, or (None, why) when the Secret cannot be read (routers: unknown)."""
+    ref = spec.router.api_key_secret_ref
+    if ref is None:
+        return None, None
+    try:
+        secret = read(namespace, ref.name)
+        encoded = ((secret or {}).get("data") or {}).get(ref.key)
+        return (base64.b64decode(encoded, validate=True).decode(), None) if encoded else (None, "no router API key")
+    except (binascii.Error, UnicodeDecodeError, ValueError):
+        return None, "router API key is not text"
+    except Exception as e:  # the API server unreachable or refusing
+        return None, f"router API key unreadable: {type(e).__name__}"
+
+
+@dataclass(frozen=True)
+class DoctorPass:
+    evolution: Evolution
+    wrote: bool
+
+
+def doctor_once(
+    api: client.ApiClient,
+    body: Mapping[str, Any],
+    spec: SGLangDeploymentSpec,
+    pods: Sequence[Mapping[str, Any]],
+    read_secret: SecretReader | None = None,
+    now: float | None = None,
+) -> DoctorPass:
+    """The operator's pass: evaluate, apply hysteresis to the previous `status.diagnostics`, and report."""
+    now = time.time() if now is None else now
+    evaluation = evaluate(api, body, spec, pods, now=now, read_secret=read_secret)
+    previous = (body.get("status") or {}).get("diagnostics")
+    d = spec.diagnostics
+    stamp = datetime.fromtimestamp(now, UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
+    evolution = evolve(previous, evaluation.diagnosis, d.appear_after, d.clear_after, stamp)
+    meta = body["metadata"]
+    publish(meta["namespace"], meta["name"], evolution.status)
+    if evolution.status == previous or (is_empty(previous) and is_empty(evolution.status)):
+        return DoctorPass(evolution, False)
+    writer = Writer(api)
+    client.CustomObjectsApi(api).patch_namespaced_custom_object_status(
+        GROUP, VERSION, meta["namespace"], PLURAL, meta["name"], {"status": {"diagnostics": evolution.status}},
+        _request_timeout=API_TIMEOUT,
+    )  # fmt: skip
+    for finding in evolution.appeared:
+        writer.event(dict(body), f"Diagnosis{finding['type']}", finding_line(finding), warning=True)
+    for finding in evolution.cleared:
+        what = f" on {finding['pod']}" if finding.get("pod") else ""
+        writer.event(dict(body), "DiagnosisCleared", f"{finding['type']}{what} no longer holds")
+    return DoctorPass(evolution, True)
+
+
+def finding_line(finding: Mapping[str, Any]) -> str:
+    where = f"replica {finding['replica']} ({finding['pod']}): " if finding.get("pod") else "fleet: "
+    return f"{where}{finding['evidence']}. Action: {finding['action']}"
+
+
+def publish(namespace: str, name: str, status: Mapping[str, Any]) -> None:
+    """The metric `sglang_operator_diagnostic_findings{namespace,name,type}`: reported findings by type."""
+    counts = dict.fromkeys(FINDING_TYPES, 0)
+    for finding in status.get("findings") or []:
+        if finding.get("type") in counts:
+            counts[finding["type"]] += 1
+    for kind, count in counts.items():
+        operator_metrics.diagnostic_findings(namespace, name, kind, count)
