@@ -101,3 +101,16 @@ def test_a_pass_labels_ready_workers_and_a_drain_drops_the_label_in_its_own_appl
     set_spec(fake, inferencePool={"enabled": False})
     reconciler.reconcile(NS, NAME)
     assert _members(fake) == [] and ("InferencePool", "chat") not in fake.objects  # off: label and pool go
+
+
+def test_without_the_crd_the_pool_is_a_problem_in_status_and_the_fleet_runs() -> None:
+    from .test_reconcile_pass import NAME, NS, cluster, condition, pods
+
+    pool = {"enabled": True, "endpointPickerRef": {"name": "chat-epp"}}
+    reconciler, fake = cluster({"replicas": 1, "router": {"enabled": False}, "inferencePool": pool})
+    fake.unserved_kinds.add("InferencePool")
+    reconciler.reconcile(NS, NAME)
+    degraded = condition(fake, "Degraded")
+    assert (degraded["status"], degraded["reason"]) == ("True", "ChildKindUnavailable")
+    assert "InferencePool chat not created" in degraded["message"]
+    assert len(pods(fake)) == 1
