@@ -126,7 +126,8 @@ def test_a_terminal_without_unicode_gets_escapes(tmp_path: Path) -> None:
         f"error: {path}: metadata.namespace: must be a DNS-1123 label of at most 63 characters (lower-case letters, "
         "digits and '-'): no namespace has another name.",
         f"error: {path}: spec.cach\\xe9: unknown field; known fields: model, engine, parallelism, resources, "
-        "replicas, router, autoscaling, template, updateStrategy, monitoring, networkPolicy, inferencePool.",
+        "replicas, router, autoscaling, template, updateStrategy, monitoring, networkPolicy, inferencePool, "
+        "diagnostics, workerGroups.",
     ]
 
 
