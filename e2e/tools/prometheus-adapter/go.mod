@@ -1,6 +1,7 @@
 // Wrapper module that builds prometheus-adapter (custom and external metrics APIs served from PromQL) from Go
-// modules for the HPA e2e test (e2e/tests/test_hpa.py). localcluster.build builds it into e2e/.bin/adapter
-// only when this file or go.sum changes. Its own module, so its Kubernetes libraries never move the cluster's.
+// modules for the HPA e2e test (e2e/tests/test_hpa.py). localcluster.adapter builds it into
+// e2e/.bin/prometheus-adapter only when this file or go.sum changes (a stamp, like the cluster's binaries). Its own
+// module, so its Kubernetes libraries never move the cluster's. To bump: go get -tool <module>@vX.Y.Z; go mod tidy.
 module sglang.ai/e2e/tools/prometheus-adapter
 
 go 1.26.0
