@@ -38,7 +38,10 @@ from pathlib import Path
 
 import aiohttp
 from routing_model import (  # bench/ is this script's folder, like registration.py's model
+    DEFAULT_POLICIES,
+    POLICIES,
     SCALE,
+    SESSION_HEADER,
     SIM_BLOCK_TOKENS,
     Outcome,
     PolicyResult,
@@ -59,35 +62,7 @@ from sglang_operator.render.router import router_command
 REPO = Path(__file__).resolve().parents[1]
 DEFAULT_TRACE = REPO.parent / "shared" / "traces" / "mooncake_synthetic_trace.jsonl"
 SMG = Path(sys.executable).parent / "smg"
-SESSION_HEADER = "x-session-id"  # the operator's default routing-key header (StickySessions.headers)
 MODEL = "sim-model"
-
-# Policy name -> extra `smg launch` flags, appended after the operator's rendered command (argparse: last wins).
-LM1 = "--load-monitor-interval 1"  # poll worker loads every second instead of every 10
-STICKY = f"--sticky-sessions --routing-key-headers {SESSION_HEADER}"
-POLICIES: dict[str, str] = {
-    "round_robin": "--policy round_robin",
-    "random": "--policy random",
-    "power_of_two": "--policy power_of_two",
-    "power_of_two_lm1": f"--policy power_of_two {LM1}",
-    "cache_aware": "--policy cache_aware",  # smg 1.13.0's defaults: 0.3 / 64 / 1.5 / 60 s / 64 Mi chars, 10 s polls
-    "cache_aware_t0.5": "--policy cache_aware --cache-threshold 0.5",
-    "cache_aware_t0.1": "--policy cache_aware --cache-threshold 0.1",
-    "cache_aware_bal8": "--policy cache_aware --balance-abs-threshold 8 --balance-rel-threshold 1.2",
-    "cache_aware_loose": "--policy cache_aware --balance-abs-threshold 256 --balance-rel-threshold 3",
-    "cache_aware_tree": "--policy cache_aware --eviction-interval-secs 5 --max-tree-size {tree}",
-    "cache_aware_book": "--policy cache_aware --selection-accounting-ttl-ms 2000",
-    "cache_aware_warm0": "--policy cache_aware --worker-warmup-secs 0",
-    "cache_aware_lm1": f"--policy cache_aware {LM1}",
-    "cache_aware_lm1_t0.1": f"--policy cache_aware {LM1} --cache-threshold 0.1",
-    "cache_aware_lm1_t0.5": f"--policy cache_aware {LM1} --cache-threshold 0.5",
-    "cache_aware_lm1_bal8": f"--policy cache_aware {LM1} --balance-abs-threshold 8 --balance-rel-threshold 1.2",
-    "cache_aware_lm1_tree": f"--policy cache_aware {LM1} --eviction-interval-secs 5 --max-tree-size {{tree}}",
-    "sticky": f"--policy round_robin {STICKY}",
-    "sticky_cache_aware": f"--policy cache_aware {STICKY}",
-    "sticky_cache_aware_lm1": f"--policy cache_aware {LM1} {STICKY}",
-}
-DEFAULT_POLICIES = ("round_robin", "random", "power_of_two", "cache_aware", "cache_aware_tree", "sticky")
 
 
 @dataclass(frozen=True)
@@ -312,7 +287,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     p.add_argument("--prefill-tps", type=float, default=20000.0, help="prefill tokens/s per request (trace tokens)")
     p.add_argument("--decode-tps", type=float, default=100.0, help="decode tokens/s per request")
     p.add_argument("--rate-scale", type=float, default=6.0, help="arrivals this many times faster (more load)")
-    p.add_argument("--time-scale", type=float, default=0.25, help="wall seconds per simulated second")
+    p.add_argument("--time-scale", type=float, default=0.5, help="wall seconds per simulated second")
     p.add_argument("--max-seconds", type=float, default=240.0, help="wall seconds of sending per run (default 240)")
     p.add_argument("--no-ceiling", action="store_true", help="skip the one-replica run (the direct count stays)")
     p.add_argument("--json", action="store_true", help="print JSON instead of the table")

@@ -30,6 +30,42 @@ SIM_BLOCK_TOKENS = 16  # sim/tokens.py BLOCK_TOKENS
 CHARS_PER_TOKEN = 4  # sim/tokens.py CHARS_PER_TOKEN
 SCALE = TRACE_BLOCK_TOKENS // SIM_BLOCK_TOKENS  # trace tokens per simulator token
 BLOCK_CHARS = SIM_BLOCK_TOKENS * CHARS_PER_TOKEN
+SESSION_HEADER = "x-session-id"  # the operator's default routing-key header (StickySessions.headers)
+
+# Policy name -> `smg launch` flags appended after the operator's rendered command (argparse: the last value wins),
+# so each row sets what it varies, whatever the operator renders. "operator" appends nothing: the rendered defaults.
+SMG_POLL = "--load-monitor-interval 10"  # smg 1.13.0's default: worker loads polled every 10 s
+LM1 = "--load-monitor-interval 1"  # every second (smg takes whole seconds)
+STICKY = f"--sticky-sessions --routing-key-headers {SESSION_HEADER}"
+POLICIES: dict[str, str] = {
+    "operator": "",
+    "round_robin": "--policy round_robin",
+    "random": "--policy random",
+    "power_of_two": f"--policy power_of_two {SMG_POLL}",
+    "power_of_two_lm1": f"--policy power_of_two {LM1}",
+    # smg 1.13.0's cache-aware defaults: threshold 0.3, balance 64 / 1.5, eviction every 60 s, tree 64 Mi chars
+    "cache_aware": f"--policy cache_aware {SMG_POLL}",
+    "cache_aware_t0.5": f"--policy cache_aware {SMG_POLL} --cache-threshold 0.5",
+    "cache_aware_t0.1": f"--policy cache_aware {SMG_POLL} --cache-threshold 0.1",
+    "cache_aware_bal8": f"--policy cache_aware {SMG_POLL} --balance-abs-threshold 8 --balance-rel-threshold 1.2",
+    "cache_aware_loose": f"--policy cache_aware {SMG_POLL} --balance-abs-threshold 256 --balance-rel-threshold 3",
+    "cache_aware_tree": f"--policy cache_aware {SMG_POLL} --eviction-interval-secs 5 --max-tree-size {{tree}}",
+    "cache_aware_book": f"--policy cache_aware {SMG_POLL} --selection-accounting-ttl-ms 2000",
+    "cache_aware_warm0": f"--policy cache_aware {SMG_POLL} --worker-warmup-secs 0",
+    "cache_aware_lm1": f"--policy cache_aware {LM1}",
+    "cache_aware_lm1_t0.1": f"--policy cache_aware {LM1} --cache-threshold 0.1",
+    "cache_aware_lm1_t0.5": f"--policy cache_aware {LM1} --cache-threshold 0.5",
+    "cache_aware_lm1_bal8": f"--policy cache_aware {LM1} --balance-abs-threshold 8 --balance-rel-threshold 1.2",
+    "cache_aware_lm1_tree": f"--policy cache_aware {LM1} --eviction-interval-secs 5 --max-tree-size {{tree}}",
+    "sticky": f"--policy round_robin {STICKY}",
+    "sticky_cache_aware": f"--policy cache_aware {SMG_POLL} {STICKY}",
+    "sticky_cache_aware_lm1": f"--policy cache_aware {LM1} {STICKY}",
+}
+DEFAULT_POLICIES = (
+    "round_robin", "random", "power_of_two", "power_of_two_lm1", "cache_aware", "cache_aware_t0.1",
+    "cache_aware_lm1", "cache_aware_lm1_t0.1", "cache_aware_lm1_t0.5", "cache_aware_lm1_bal8", "cache_aware_lm1_tree",
+    "sticky", "sticky_cache_aware_lm1",
+)  # fmt: skip
 
 
 @dataclass(frozen=True)

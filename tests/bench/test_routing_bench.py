@@ -12,6 +12,7 @@ import shutil
 import subprocess
 import sys
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -193,3 +194,29 @@ def test_routing_bench_smoke() -> None:
     ceiling = result["ceiling"]
     assert ceiling["hit_rate"] == pytest.approx(ceiling["direct_count"], abs=0.02)  # same-time arrivals may swap
     assert all(r["hit_rate"] <= ceiling["hit_rate"] + 1e-9 for r in result["policies"].values())
+
+
+def test_the_operator_renders_the_benchmark_s_choice() -> None:
+    """The router defaults the operator renders are the benchmark's best header-less row (docs/routing.md):
+    cache_aware with loads polled every second and smg's own thresholds; `router.args` still override them."""
+    from smg.launch_router import parse_router_args
+
+    from bench.routing_model import POLICIES
+    from sglang_operator.api.spec import SGLangDeploymentSpec
+    from sglang_operator.render.router import router_command
+
+    def parsed(router: dict[str, object]) -> Any:
+        command = router_command(SGLangDeploymentSpec.model_validate({"model": {"path": "m"}, "router": router}))
+        assert command[:2] == ["smg", "launch"]
+        return parse_router_args(command[2:])
+
+    rendered = parsed({})
+    best = parse_router_args(POLICIES["cache_aware_lm1"].split())
+    smg = parse_router_args([])
+    for field in ("policy", "load_monitor_interval", "cache_threshold", "balance_abs_threshold",
+                  "balance_rel_threshold", "eviction_interval_secs", "max_tree_size"):  # fmt: skip
+        assert getattr(rendered, field) == getattr(best, field), field
+    assert (rendered.load_monitor_interval, smg.load_monitor_interval) == (1, 10)
+    assert rendered.cache_threshold == smg.cache_threshold and rendered.balance_abs_threshold == 64
+    overridden = parsed({"args": ["--load-monitor-interval", "5", "--cache-threshold", "0.5"]})
+    assert (overridden.load_monitor_interval, overridden.cache_threshold) == (5, 0.5)

@@ -4,6 +4,11 @@ No `--service-discovery`: the operator is the only source of membership and regi
 router's REST API. Health checks are frequent so a dead worker leaves rotation within seconds even before the
 operator deregisters it. The pod meets Pod Security "restricted": a fixed non-root user, read-only root, no
 capabilities, seccomp RuntimeDefault, no service-account token (membership comes from the operator, not the API).
+
+Routing defaults come from `bench/routing.py` (docs/routing.md): worker loads are polled every second instead of
+smg's 10 s, because cache_aware (the default policy) sends each request without a cached prefix to the worker with
+the least expected wait as of the last poll, and with 10 s polls a whole interval's misses pile onto one worker.
+The cache-aware thresholds stay smg's own: no tuned value beat them. `router.args` come last and override both.
 """
 
 from typing import Any
@@ -18,6 +23,7 @@ CONTAINER_NAME = "smg"
 API_KEY_ENV = "SMG_API_KEY"
 TMP_VOLUME = "tmp"
 TMP_SIZE_LIMIT = "64Mi"
+LOAD_MONITOR_INTERVAL_S = 1  # smg takes whole seconds; its default, 10, herds cache misses (docs/routing.md)
 
 
 def router_command(spec: SGLangDeploymentSpec) -> list[str]:
@@ -33,6 +39,7 @@ def router_command(spec: SGLangDeploymentSpec) -> list[str]:
         "--health-failure-threshold", "2",
         "--health-success-threshold", "1",
         "--worker-startup-check-interval", "2",
+        "--load-monitor-interval", str(LOAD_MONITOR_INTERVAL_S),
         "--log-level", "info",
     ]  # fmt: skip
     if router.sticky_sessions.enabled:
