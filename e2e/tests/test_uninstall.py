@@ -7,7 +7,9 @@
   children.
 
 Deleting the CRD deletes every SGLangDeployment of the cluster: the first test refuses to run (skips) while
-SGLangDeployments of other namespaces exist, and installs the CRD again when it is done.
+SGLangDeployments of other live namespaces exist, and installs the CRD again when it is done. On a cluster shared
+with other runs, give it one of its own:
+`LOCALCLUSTER_STATE_DIR=/tmp/sgo-uninstall LOCALCLUSTER_NO_PROMETHEUS=1 pytest e2e/tests/test_uninstall.py`.
 """
 
 from __future__ import annotations
@@ -172,7 +174,10 @@ def test_documented_uninstall_leaves_nothing(
 ) -> None:
     live, orphans = fleets_elsewhere(api_client, namespace)
     if live:
-        pytest.skip(f"deleting the CRD would delete SGLangDeployments of other tests: {live[:5]}")
+        pytest.skip(
+            f"deleting the CRD would delete SGLangDeployments of other tests: {live[:5]} (run it on a "
+            "cluster of its own: LOCALCLUSTER_STATE_DIR=/tmp/sgo-uninstall LOCALCLUSTER_NO_PROMETHEUS=1)"
+        )
     custom = client.CustomObjectsApi(api_client)
     for orphan_namespace, orphan in orphans:  # left by finished tests whose operator stopped first (see below)
         with contextlib.suppress(ApiException):
