@@ -17,6 +17,7 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 from typing import Any
 
+import pytest
 import yaml
 from kubernetes import client, watch
 
@@ -86,8 +87,19 @@ def recorded(api: client.ApiClient, namespace: str, name: str) -> Iterator[list[
         watcher.stop()
 
 
+@pytest.fixture
+def fleets(api_client: client.ApiClient, namespace: str, operator: OperatorProcess) -> Iterator[None]:
+    """Afterwards the test's SGLangDeployments are deleted while the operator still runs (it removes their
+    finalizer), so none is left waiting on it in a namespace being deleted."""
+    yield
+    custom = client.CustomObjectsApi(api_client)
+    custom.delete_collection_namespaced_custom_object(GROUP, VERSION, namespace, PLURAL)
+    wait_for(lambda: not custom.list_namespaced_custom_object(GROUP, VERSION, namespace, PLURAL)["items"], 60,
+             "the test's SGLangDeployments deleted")  # fmt: skip
+
+
 def test_health_follows_a_live_fleet_from_start_to_suspended(
-    api_client: client.ApiClient, namespace: str, operator: OperatorProcess
+    api_client: client.ApiClient, namespace: str, fleets: None
 ) -> None:
     fleet = Fleet(api_client, namespace, "chat")
     with recorded(api_client, namespace, "chat") as versions:
@@ -134,7 +146,7 @@ def test_health_follows_a_live_fleet_from_start_to_suspended(
 
 
 def test_health_is_degraded_on_a_taken_child_name_and_a_refused_spec(
-    api_client: client.ApiClient, core: client.CoreV1Api, namespace: str, operator: OperatorProcess
+    api_client: client.ApiClient, core: client.CoreV1Api, namespace: str, fleets: None
 ) -> None:
     # A Service with the router's name that the CR does not own: Degraded=True, NameCollision.
     core.create_namespaced_service(namespace, {
