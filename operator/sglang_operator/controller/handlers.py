@@ -1,9 +1,10 @@
 """kopf wiring, kept thin: watch caches (indexes), one coroutine per SGLangDeployment, passes in one shared pool.
 
 - **Indexes** (`@kopf.index`): the operator's pods (label `sglang.ai/deployment`, workers and routers alike) by
-  (namespace, deployment), and every Service, Deployment, NetworkPolicy and PodMonitor of the watched namespaces by
-  (namespace, kind, name), trimmed to identity, owners and render hash. A pass reads a snapshot of them, so with
-  nothing changing it sends no request to the API server. kopf starts the daemons only once the indexes are filled.
+  (namespace, deployment), and every Service, Deployment, NetworkPolicy, PodMonitor and InferencePool of the watched
+  namespaces by (namespace, kind, name), trimmed to identity, owners and render hash. A pass reads a snapshot of
+  them, so with nothing changing it sends no request to the API server. kopf starts the daemons only once the
+  indexes are filled.
 - **One coroutine per CR** (`sgld_reconcile_loop`, async): it holds no thread while it waits. It takes a snapshot
   on the event loop and runs the pass in the shared pool (`workqueue.run_in_pool`), so passes of one CR never
   overlap and all CRs together use at most the pool's threads. A good pass is followed by the next after the resync
@@ -120,7 +121,7 @@ async def sgld_inferencepools(namespace: str | None, name: str | None, body: kop
 
 
 class _Children(Mapping[ChildKey, Any]):
-    """The four child indexes as one mapping by (namespace, kind, name)."""
+    """The child indexes as one mapping by (namespace, kind, name)."""
 
     def __init__(self, indexes: Mapping[str, Mapping[ChildKey, Any]]) -> None:
         self.indexes = indexes

@@ -61,9 +61,9 @@ def plain(body: Mapping[str, Any]) -> dict[str, Any]:
 
 
 def trim_child(body: Mapping[str, Any]) -> dict[str, Any]:
-    """What the executor needs of a Service, Deployment, NetworkPolicy or PodMonitor: its identity, owners and the
-    hash of the render it was written from. Kept small: every object of those kinds in the watched namespaces is
-    indexed (a foreign object must be seen to be left alone). Pure."""
+    """What the executor needs of a Service, Deployment, NetworkPolicy, PodMonitor or InferencePool: its identity,
+    owners and the hash of the render it was written from. Kept small: every object of those kinds in the watched
+    namespaces is indexed (a foreign object must be seen to be left alone). Pure."""
     meta = body.get("metadata") or {}
     annotations = meta.get("annotations") or {}
     return {
