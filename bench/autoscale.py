@@ -29,10 +29,10 @@ from sglang_operator.api.spec import AutoscalingSpec
 BIN_S = 15.0  # the oracle's interval: the autoscalers' decision interval
 SLO_BIN_S = 1.0  # the zero-miss oracle's resolution
 FRONTIER_HEADROOMS = (0.0, 0.15, 0.3, 0.5, 0.8, 1.2, 2.0)
-KNOB_GRID = (0.0, 0.15, 0.3, 0.5, 0.8, 1.2, 2.0, 3.0)  # --frontier: headroom of ours, and of HPA's / KEDA's target
+KNOB_GRID = (0.0, 0.15, 0.3, 0.6, 1.0, 2.0)  # --frontier: headroom of ours, and of HPA's / KEDA's target
 MISS_TARGETS = (1.0, 0.1)  # percent: the frontier's two SLO targets
-BISECT_STEPS = 4
-LOWER_BOUND_BINS_S = (1.0, 2.0, 5.0)  # the greedy zero-miss plan's resolutions tried for the lower bound
+BISECT_STEPS = 3
+LOWER_BOUND_BINS_S = (1.0, 5.0, 10.0, 20.0)  # the greedy zero-miss plan's resolutions tried for the lower bound
 FRONTIER_POLICIES = ("sglang-operator", "hpa", "keda", "static")
 OUR_KNOB = "targets.burstHeadroom"  # the policy's knob on the frontier: it scales the peak and the burst envelope
 STATIC_ABOVE_PEAK = 2  # --frontier's static fleets go from 1 to the oracle's peak plus this

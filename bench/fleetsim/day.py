@@ -14,10 +14,10 @@ How a day is built, per 10 s bin (the arrival rate is `base_qps` x cycle x burst
 - **Drift:** a slow random walk of a few percent, so no two days are alike.
 - Request sizes (prompt and output tokens) are drawn, seeded, from the size trace's requests; `pairs` writes
   requests two by two with one timestamp, as the Mooncake trace's batches come.
+- Written at the full rate (about 450 000 requests a day) as Azure CSV, xz-compressed (about 2 MB each).
 """
 
-import gzip
-import json
+import lzma
 import math
 from dataclasses import dataclass
 from datetime import datetime, timedelta
@@ -35,11 +35,10 @@ TILE_S = 600.0
 @dataclass(frozen=True)
 class Day:
     name: str
-    fmt: str  # "azure" (CSV) or "mooncake" (JSONL)
     burst_trace: str  # shipped trace whose arrival shape gives the bursts
     size_trace: str  # shipped trace whose requests give the sizes
     seed: int
-    base_qps: float = 0.9  # rate at the cycle's peak, before the benchmark's replay
+    base_qps: float = 9.0  # requests/s at the cycle's peak (before bursts and events)
     trough: float = 0.25
     burstiness: float = 0.5
     events_per_hour: float = 0.25
@@ -54,17 +53,17 @@ MOONCAKE = "mooncake_synthetic_trace.jsonl"
 
 DAYS = (
     # Azure code trace's bursts (softened), Mooncake's long prompts; peak-to-trough 4x.
-    Day("day-code-bursts", "azure", AZURE, MOONCAKE, seed=101, trough=0.25, burstiness=0.5),
+    Day("day-code-bursts", AZURE, MOONCAKE, seed=101, trough=0.25, burstiness=0.5),
     # Mooncake's own (flat, batched) arrivals, a 4x day and twice the events.
-    Day("day-chat", "mooncake", MOONCAKE, MOONCAKE, seed=202, trough=0.25, burstiness=1.0, events_per_hour=0.5,
+    Day("day-chat", MOONCAKE, MOONCAKE, seed=202, trough=0.25, burstiness=1.0, events_per_hour=0.5,
         pairs=True),
 )  # fmt: skip
 
-# The benchmark options the day traces are measured with (docs/autoscaling.md): each request is replayed 10 times,
-# spread over 10 s (the bins the rate is drawn in: a 1 s spread would turn every request into a clump of 10), and a
-# replica holds 4 requests at once (Mooncake's prompts, 15 000 tokens on average, take 4.5 s a slot and most of a
-# replica's KV cache).
-BENCH_OPTIONS = ("--scale", "10", "--jitter", "10", "--concurrency", "4")
+# The benchmark options the day traces are measured with (docs/autoscaling.md): every request once (the files hold
+# the full rate: replaying each request K times would make clumps of K requests of one size, a replica's worth each
+# at this C), and a replica holds 4 requests at once (Mooncake's prompts, 15 000 tokens on average, take 4.5 s a
+# slot and most of a replica's KV cache).
+BENCH_OPTIONS = ("--scale", "1", "--concurrency", "4")
 
 
 def cycle(t: np.ndarray, trough: float) -> np.ndarray:
@@ -137,25 +136,16 @@ def sizes(day: Day, shared: Path, n: int) -> tuple[np.ndarray, np.ndarray]:
 
 
 def write_day(day: Day, out: Path, shared: Path) -> Path:
-    """The day as a gzip-compressed trace in its format (the benchmark reads .gz directly)."""
+    """The day as an xz-compressed Azure CSV (millisecond timestamps; the benchmark reads .xz directly)."""
     out.mkdir(parents=True, exist_ok=True)
     t = arrivals(day, shared)
     prompt, output = sizes(day, shared, len(t))
-    if day.fmt == "azure":
-        path = out / f"{day.name}.csv.gz"
-        start = datetime(2024, 5, 1, 0, 0, 0)
-        lines = ["TIMESTAMP,ContextTokens,GeneratedTokens"]
-        for ts, p, o in zip(t.tolist(), prompt.tolist(), output.tolist(), strict=True):
-            stamp = (start + timedelta(milliseconds=round(ts * 1000))).strftime("%Y-%m-%d %H:%M:%S.%f") + "0"
-            lines.append(f"{stamp},{p},{o}")
-        text = "\n".join(lines) + "\n"
-    else:
-        path = out / f"{day.name}.jsonl.gz"
-        rows = []
-        for ts, p, o in zip(t.tolist(), prompt.tolist(), output.tolist(), strict=True):
-            record = {"timestamp": round(ts * 1000), "input_length": p, "output_length": o}
-            rows.append(json.dumps(record | {"hash_ids": list(range(-(-p // 512)))}))
-        text = "\n".join(rows) + "\n"
-    with gzip.GzipFile(path, "wb", mtime=0) as f:  # mtime 0: the same bytes every time
-        f.write(text.encode())
+    path = out / f"{day.name}.csv.xz"
+    start = datetime(2024, 5, 1, 0, 0, 0)
+    lines = ["TIMESTAMP,ContextTokens,GeneratedTokens"]
+    for ts, p, o in zip(t.tolist(), prompt.tolist(), output.tolist(), strict=True):
+        stamp = (start + timedelta(milliseconds=round(ts * 1000))).strftime("%Y-%m-%d %H:%M:%S.%f") + "0"
+        lines.append(f"{stamp},{p},{o}")
+    with lzma.open(path, "wb", preset=9) as f:  # xz has no timestamp: the same bytes every time
+        f.write(("\n".join(lines) + "\n").encode())
     return path

@@ -8,6 +8,7 @@ import csv
 import gzip
 import io
 import json
+import lzma
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from pathlib import Path
@@ -24,14 +25,17 @@ class Trace:
 
 
 def _open(path: Path) -> io.TextIOBase:
-    """A trace file as text; a `.gz` file is decompressed on the fly (the day-long traces ship compressed)."""
+    """A trace file as text; a `.gz` or `.xz` file is decompressed on the fly (the day-long traces ship in xz)."""
     if path.suffix == ".gz":
         return io.TextIOWrapper(gzip.open(path, "rb"), encoding="utf-8", newline="")
+    if path.suffix == ".xz":
+        return io.TextIOWrapper(lzma.open(path, "rb"), encoding="utf-8", newline="")
     return path.open(encoding="utf-8", newline="")
 
 
 def load(path: str | Path) -> Trace:
-    """Read either format (optionally gzip-compressed), detected from the first non-blank character (`{`: JSONL)."""
+    """Read either format (optionally gzip- or xz-compressed), detected from the first non-blank character
+    (`{` means JSONL)."""
     path = Path(path)
     with _open(path) as f:
         head = f.read(4096).lstrip()

@@ -5,19 +5,29 @@ the default 30 % headroom: 100 req/s asks for ceil(100 x 1.3 / 32) = 5 replicas.
 """
 
 import math
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
 import pytest
 
 from sglang_operator.api.spec import AutoscalingSpec, SustainedRise
-from sglang_operator.autoscaling.policy import MAX_MEMORY, decide, largest_rise, prune_history, sustained_slope
+from sglang_operator.autoscaling.policy import (
+    ENVELOPE_HOLD_S,
+    MAX_MEMORY,
+    decide,
+    envelope_qps,
+    largest_rise,
+    prune_history,
+    sustained_slope,
+)
 from sglang_operator.autoscaling.signals import (
+    Block,
     Decision,
     FleetState,
     Recommendation,
     Samples,
+    envelope_from_state,
     history_from_state,
     history_to_state,
 )
@@ -86,13 +96,17 @@ class Run:
     desired: int
     gpus_per_replica: int = 1
     history: tuple[Recommendation, ...] = ()
+    envelope: tuple[Block, ...] = ()
+    burst_envelope: bool = True
+    """False: every decision starts without the burst envelope's memory (the windows alone, as after a hold expires
+    or on traffic whose half-hour mean has fallen as far)."""
     decisions: list[Decision] = field(default_factory=list)
 
     def play(self, steps: list[Step]) -> None:
         for step in steps:
             ready = step.ready if step.ready is not None else self.desired - step.starting
             fleet = FleetState(self.desired, ready, step.starting, step.warm, self.gpus_per_replica, C)
-            d = decide(fleet, step.samples, self.spec, self.history, step.t)
+            d = decide(fleet, step.samples, self.spec, self.history, step.t, self.envelope)
             where = f"t={step.t}: {d.reason}"
             assert d.replicas == step.expect, where
             assert d.mode == step.mode, where
@@ -102,6 +116,7 @@ class Run:
             if step.reason is not None:
                 assert step.reason in d.reason, where
             self.history, self.desired = d.history, d.replicas
+            self.envelope = d.envelope if self.burst_envelope else ()
             self.decisions.append(d)
 
 
@@ -244,7 +259,9 @@ def test_burst_enters_panic_and_skips_the_step_limit() -> None:
 
 
 def test_slow_decline_waits_for_the_scale_down_window() -> None:
-    run = Run(spec(scaleDownTolerance=0.1, windows={"scaleDownStabilizationSeconds": 180}), desired=10)
+    run = Run(
+        spec(scaleDownTolerance=0.1, windows={"scaleDownStabilizationSeconds": 180}), desired=10, burst_envelope=False
+    )
     # One reading a minute, falling 20 req/s each time: the recommendations are 10, 9, 9, 8, 6, 5, 5, 5.
     run.play(
         [
@@ -265,7 +282,7 @@ def test_slow_decline_waits_for_the_scale_down_window() -> None:
 def test_a_fleet_that_never_queued_scales_down_after_the_quiet_window() -> None:
     # Defaults: a 300 s window, 90 s when no more than queuePerReplica (2) x ready requests queued during the
     # quiet lookback (600 s; `queued_peak` is Prometheus' max over it).
-    run = Run(spec(), desired=10)
+    run = Run(spec(), desired=10, burst_envelope=False)
     run.play(
         [
             Step(0, reading(240, 0, queued_peak=0), 10),
@@ -277,7 +294,7 @@ def test_a_fleet_that_never_queued_scales_down_after_the_quiet_window() -> None:
 
 
 def test_a_fleet_that_queued_keeps_the_full_window() -> None:
-    run = Run(spec(), desired=10)
+    run = Run(spec(), desired=10, burst_envelope=False)
     run.play(
         [
             Step(0, reading(240, 0, queued_peak=25), 10),  # 25 > 2 x 10 ready: capacity was short in the lookback
@@ -292,7 +309,7 @@ def test_a_fleet_that_queued_keeps_the_full_window() -> None:
 def test_a_fleet_that_met_its_slo_scales_down_after_the_quiet_window(queued_peak: float | None) -> None:
     # 4 % of the lookback's requests waited over 1 s (quietMissRatio 5 %): whatever the queue gauge saw (a queue
     # that drained within the SLO, or none), capacity was not short.
-    run = Run(spec(), desired=10)
+    run = Run(spec(), desired=10, burst_envelope=False)
     run.play(
         [
             Step(0, reading(240, 0, queued_peak=queued_peak, slo_miss=0.04), 10),
@@ -312,7 +329,7 @@ def test_a_fleet_that_met_its_slo_scales_down_after_the_quiet_window(queued_peak
 def test_a_fleet_that_missed_its_slo_keeps_the_full_window(queued_peak: float | None) -> None:
     # 6 % over the SLO: the full window, even when no 15 s sample of the queue gauge caught the queue (it formed
     # and drained between scrapes).
-    run = Run(spec(), desired=10)
+    run = Run(spec(), desired=10, burst_envelope=False)
     run.play(
         [
             Step(0, reading(240, 0, queued_peak=queued_peak, slo_miss=0.06), 10),
@@ -337,7 +354,7 @@ def test_a_fleet_that_missed_its_slo_keeps_the_full_window(queued_peak: float | 
 def test_the_slo_reading_decides_the_window_when_there_is_one(
     overrides: dict[str, Any], slo_miss: float | None, queued_peak: float, window: int
 ) -> None:
-    run = Run(spec(**overrides), desired=10)
+    run = Run(spec(**overrides), desired=10, burst_envelope=False)
     samples = reading(120, 105, queued_peak=queued_peak, slo_miss=slo_miss)
     run.play([Step(0, reading(240, 0), 10), Step(105, samples, 5 if window == 90 else 10, reason=f"{window}s")])
 
@@ -372,13 +389,13 @@ def test_traffic_that_rose_again_in_the_lookback_keeps_the_full_window(
     overrides: dict[str, Any], trend: list[float] | None, window: int
 ) -> None:
     # Nobody waited over the SLO in either case: the rise alone decides.
-    run = Run(spec(**overrides), desired=10)
+    run = Run(spec(**overrides), desired=10, burst_envelope=False)
     samples = reading(120, 105, slo_miss=0.0, trend=trend)
     run.play([Step(0, reading(240, 0), 10), Step(105, samples, 5 if window == 90 else 10, reason=f"{window}s")])
 
 
 def test_an_unknown_queue_keeps_the_full_window() -> None:
-    run = Run(spec(), desired=10)
+    run = Run(spec(), desired=10, burst_envelope=False)
     run.play([Step(0, reading(240, 0), 10), Step(105, reading(120, 105), 10), Step(300, reading(120, 300), 5)])
 
 
@@ -508,7 +525,7 @@ def test_scale_to_zero_and_back() -> None:
 
 
 def test_waking_uses_the_slot_time_prometheus_remembers() -> None:
-    run = Run(spec(minReplicas=0, windows={"scaleDownStabilizationSeconds": 0}), desired=0)
+    run = Run(spec(minReplicas=0, windows={"scaleDownStabilizationSeconds": 0}), desired=0, burst_envelope=False)
     run.play(
         [
             # 100 req/s at the router and a 1 s slot time from the long fallback window: 5 replicas at once.
@@ -566,3 +583,71 @@ def test_memory_covers_the_longer_of_both_rules_windows(bursty_window: int, enab
     history = tuple(Recommendation(float(t), 20 - t // 100) for t in range(500, 1100, 100))  # falling: all kept
     kept = prune_history(history, 1100.0, rs)
     assert kept[0].time == kept_since
+
+
+def replay(rates: Callable[[float], tuple[float, float]], until: float, desired: int = 5) -> dict[float, Decision]:
+    """Every 15 s from 0 to `until`, a reading of (stable rate, peak short-window rate) = rates(t), every replica
+    ready; the decisions by time, each with the memory (history and envelope) the previous one returned."""
+    rs, history, envelope, out = spec(), (), (), {}
+    for t in range(0, int(until) + 1, 15):
+        qps, peak = rates(float(t))
+        fleet = FleetState(desired, desired, concurrency_per_replica=C)
+        d = decide(fleet, reading(qps, float(t), peak=peak), rs, history, float(t), envelope)
+        history, envelope, desired = d.history, d.envelope, d.replicas
+        out[float(t)] = d
+    return out
+
+
+def test_a_burst_seen_is_held_while_the_traffic_does_not_decline() -> None:
+    # 100 req/s throughout (5 replicas with 30 % headroom) and one 30 s burst at 300 req/s at 600 s: 300 x 1.15 / 32
+    # = 10.8 replicas. Without the envelope the fleet would be back at 5 once the 300 s window has passed.
+    run = replay(lambda t: (100.0, 300.0 if t == 600 else 100.0), 600 + ENVELOPE_HOLD_S + 600)
+    assert run[0].replicas == 5 and run[600].replicas == 10
+    held = [run[t].replicas for t in run if 615 <= t < 600 + ENVELOPE_HOLD_S]
+    assert min(held) == 10, "the burst's capacity is kept for the next one"
+    assert "burst envelope" in run[1800].reason and run[1800].observed["envelopeQps"] == 345
+    # After the hold the envelope lets go, and the fleet follows the rate again (after the scale-down window).
+    assert run[600 + ENVELOPE_HOLD_S + 600].replicas == 5
+
+
+def test_a_sustained_decline_releases_the_envelope() -> None:
+    # The same burst, then the day declines: 100 req/s falls to 40 over half an hour and stays. The held peak is
+    # scaled by the half-hour mean's fall, so the fleet follows the decline instead of holding 300 req/s.
+    def rates(t: float) -> tuple[float, float]:
+        qps = 100.0 if t < 900 else max(40.0, 100.0 - 60.0 * (t - 900) / 1800)
+        return qps, 300.0 if t == 600 else qps
+
+    run = replay(rates, 4500)
+    assert run[900].replicas == 10
+    assert run[4500].replicas <= 5  # 40 req/s: 2 replicas' worth, the envelope 300 x 0.4 x 1.15 / 32 = 4.3
+    assert envelope_qps(run[4500].envelope, 4500) < 0.45 * 300
+
+
+def test_idle_traffic_holds_nothing() -> None:
+    rs = spec(minReplicas=0, windows={"scaleDownStabilizationSeconds": 0, "quietScaleDownSeconds": 0})
+    busy = decide(FleetState(4, 4, concurrency_per_replica=C), reading(100, 0, peak=300), rs, (), 0.0)
+    idle = decide(FleetState(11, 11, concurrency_per_replica=C), reading(0, 15), rs, busy.history, 15.0, busy.envelope)
+    assert idle.replicas == 0
+    assert envelope_qps(idle.envelope, 15.0) == 300  # remembered, not used while nothing arrives
+
+
+def test_bad_data_keeps_the_envelope_as_it_was() -> None:
+    first = decide(FleetState(4, 4, concurrency_per_replica=C), reading(100, 0, peak=300), spec(), (), 0.0)
+    held = decide(FleetState(11, 11, concurrency_per_replica=C), None, spec(), first.history, 15.0, first.envelope)
+    assert held.mode == "hold" and held.envelope == first.envelope
+
+
+def test_the_envelope_round_trips_and_stays_small() -> None:
+    envelope: tuple[Block, ...] = ()
+    for t in range(0, 4 * int(ENVELOPE_HOLD_S), 15):  # four hold periods of readings, 15 s apart
+        d = decide(FleetState(5, 5, concurrency_per_replica=C), reading(100, t, peak=120), spec(), (), float(t),
+                   envelope)  # fmt: skip
+        envelope = d.envelope
+    assert 1 < len(envelope) <= 25  # five-minute blocks of the hold plus the mean's half hour
+    state = history_to_state((), envelope)
+    assert envelope_from_state(state) == envelope
+    assert history_from_state(state) == ()
+    junk = {"envelope": [[1, 2, 3, 4], [1, "x", 3, 4], "junk", [2, 1.0, 1.0], [3, 1.0, 1.0, 0], [4, -1, 1, 1]]}
+    assert envelope_from_state(junk) == (Block(1.0, 2.0, 3.0, 4),)
+    assert envelope_from_state(None) == () and envelope_from_state({"envelope": "x"}) == ()
+    assert "envelope" not in history_to_state(())  # no memory, no key: the state of a fleet without traffic

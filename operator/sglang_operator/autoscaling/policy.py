@@ -45,8 +45,9 @@ MAX_MEMORY = 20
 # The burst envelope (step 3 of the module docstring): the busiest short-window rate of each ENVELOPE_BLOCK_S is
 # remembered for ENVELOPE_HOLD_S, scaled down by how far the mean rate over ENVELOPE_MEAN_S has fallen since.
 ENVELOPE_BLOCK_S = 300.0
-ENVELOPE_HOLD_S = 3600.0
+ENVELOPE_HOLD_S = 5400.0
 ENVELOPE_MEAN_S = 1800.0
+ENVELOPE_RANK = 1  # the envelope is the RANK-th highest of the held block peaks (1: the highest)
 
 
 @dataclass(frozen=True)
@@ -90,7 +91,7 @@ def decide(
         )
 
     blocks = update_envelope(envelope, samples, now)
-    burst_envelope = envelope_qps(blocks, now)
+    burst_envelope = envelope_qps(blocks, now) if (samples.qps or 0.0) > 0 else 0.0  # idle: nothing to hold for
     rule, rates, regime = _regime(spec, samples)
     slope = None if regime else sustained_slope(samples.qps_trend, spec.sustained_rise)
     demand = _demand(current, rates, rule, slope, burst_envelope * (1.0 + spec.targets.burst_headroom))
@@ -164,14 +165,15 @@ def envelope_qps(blocks: Sequence[Block], now: float) -> float:
         return (sums[i + 1] - sums[first]) / count if count else 0.0
 
     now_mean = mean_at(len(blocks) - 1)
-    held = 0.0
+    held: list[float] = []
     for i, b in enumerate(blocks):
         if now - b.start >= ENVELOPE_HOLD_S:
             continue
         then = mean_at(i)
         scale = 1.0 if then <= 0 else min(1.0, now_mean / then)
-        held = max(held, b.peak_qps * scale)
-    return held
+        held.append(b.peak_qps * scale)
+    held.sort(reverse=True)
+    return held[min(ENVELOPE_RANK, len(held)) - 1] if held else 0.0
 
 
 def prune_history(history: Sequence[Recommendation], now: float, spec: AutoscalingSpec) -> tuple[Recommendation, ...]:
