@@ -23,10 +23,10 @@ from ..api.constants import (
     ANNOTATION_WARM,
     COMPONENT_ROUTER,
     COMPONENT_WORKER,
-    GROUP,
     LABEL_COMPONENT,
     LABEL_NODE_RANK,
     LABEL_REPLICA,
+    LABEL_WORKER_GROUP,
 )
 from ..api.spec import SGLangDeploymentSpec
 from ..autoscaling.prometheus import Queries, _matchers
@@ -34,8 +34,6 @@ from ..router.client import RouterClient, RouterError
 from .diagnose import scale_ups
 from .model import FleetFacts, PodFacts, ReplicaMetrics, RouterView
 
-LABEL_GROUP = f"{GROUP}/group"
-"""The worker-group label (#19); the same key as `constants.LABEL_WORKER_GROUP` once that is committed."""
 MIN_CALL_SECONDS = 0.5
 """A call is not started with less than this left of the deadline."""
 
@@ -182,7 +180,7 @@ def pod_facts(pod: Mapping[str, Any]) -> PodFacts:
     return PodFacts(
         name=str(meta.get("name", "")),
         replica=str(labels.get(LABEL_REPLICA, "")),
-        group=str(labels.get(LABEL_GROUP, "")),
+        group=str(labels.get(LABEL_WORKER_GROUP, "")),
         rank=rank,
         node=str(spec.get("nodeName") or ""),
         created=_time(meta.get("creationTimestamp")),
