@@ -21,16 +21,19 @@ from ..api.validation import parse_spec
 from ..controller.kube import API_TIMEOUT, api_client
 from ..controller.state import SECRETS, PodKey, plain
 from ..controller.workqueue import backoff_seconds, run_in_pool
+from .hysteresis import is_empty
 from .model import FINDING_TYPES
-from .run import doctor_once
+from .run import clear_diagnostics, doctor_once
 
 log = logging.getLogger(__name__)
 MAX_INTERVAL_SECONDS = 3600.0
 
 
-def _enabled(spec: Any, **_: Any) -> bool:
+def _enabled(spec: Any, status: Any, **_: Any) -> bool:
+    """Diagnostics enabled, or disabled with findings still in status (the daemon clears them, then stops)."""
     diagnostics = spec.get("diagnostics")
-    return not isinstance(diagnostics, dict) or diagnostics.get("enabled", True) is not False
+    enabled = not isinstance(diagnostics, dict) or diagnostics.get("enabled", True) is not False
+    return enabled or not is_empty((status or {}).get("diagnostics"))
 
 
 def interval_seconds(spec: Any) -> float:
@@ -77,9 +80,12 @@ async def sgld_doctor_loop(
         while not stopped:
             cr, pods = plain(body), [plain(pod) for pod in sgld_pods.get((namespace, name), ())]
             parsed, _ = parse_spec(cr.get("spec"))
-            if parsed is not None and parsed.diagnostics.enabled:
+            if parsed is not None:
                 try:
-                    await run_in_pool(functools.partial(doctor_once, api, cr, parsed, pods, read_secret))
+                    if parsed.diagnostics.enabled:
+                        await run_in_pool(functools.partial(doctor_once, api, cr, parsed, pods, read_secret))
+                    else:
+                        await run_in_pool(functools.partial(clear_diagnostics, api, cr))
                     failures = 0
                 except Exception:  # a failed pass changes nothing; the next one tries again, backing off
                     failures += 1

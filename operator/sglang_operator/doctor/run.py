@@ -150,6 +150,18 @@ def doctor_once(
     return DoctorPass(evolution, True)
 
 
+def clear_diagnostics(api: client.ApiClient, body: Mapping[str, Any]) -> bool:
+    """Diagnostics switched off: empty `status.diagnostics` (once; True when written)."""
+    if is_empty((body.get("status") or {}).get("diagnostics")):
+        return False
+    meta = body["metadata"]
+    client.CustomObjectsApi(api).patch_namespaced_custom_object_status(
+        GROUP, VERSION, meta["namespace"], PLURAL, meta["name"],
+        {"status": {"diagnostics": {"findings": [], "tracking": [], "unknown": []}}}, _request_timeout=API_TIMEOUT,
+    )  # fmt: skip
+    return True
+
+
 def finding_line(finding: Mapping[str, Any]) -> str:
     where = f"replica {finding['replica']} ({finding['pod']}): " if finding.get("pod") else "fleet: "
     return f"{where}{finding['evidence']}. Action: {finding['action']}"
