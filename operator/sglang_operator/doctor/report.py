@@ -57,7 +57,7 @@ def examine(name: str, namespace: str, prometheus_url: str | None = None) -> dic
     if spec is None:
         raise DoctorError(f"sgld {namespace}/{name} has an invalid spec: {errors[0].field}: {errors[0].message}")
     pods = [dict(api.sanitize_for_serialization(pod)) for pod in listed.items]
-    evaluation = evaluate(api, body, spec, pods, prometheus_url=prometheus_url)
+    evaluation = evaluate(api, body, spec, pods, prometheus_url=prometheus_url, as_user=True)
     order = {kind: i for i, kind in enumerate(FINDING_TYPES)}
     candidates = sorted(evaluation.diagnosis.candidates, key=lambda c: (order[c.type], c.subject))
     return {

@@ -10,6 +10,7 @@ once per finding, when it appears, and a Normal one when it clears.
 import base64
 import binascii
 import logging
+import os
 import time
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
@@ -21,7 +22,8 @@ from kubernetes import client
 from .. import metrics as operator_metrics
 from ..api.constants import GROUP, PLURAL, VERSION
 from ..api.spec import SGLangDeploymentSpec
-from ..autoscaling.loop import prometheus_access
+from ..autoscaling.credentials import resolve_credentials
+from ..autoscaling.loop import PROMETHEUS_URL_ENV, prometheus_access
 from ..autoscaling.prometheus import Credentials, connect
 from ..controller.apply import Writer
 from ..controller.kube import API_TIMEOUT
@@ -52,11 +54,14 @@ def evaluate(
     pods: Sequence[Mapping[str, Any]],
     now: float | None = None,
     prometheus_url: str | None = None,
+    as_user: bool = False,
     read_secret: SecretReader | None = None,
     deadline_seconds: float = DEADLINE_SECONDS,
 ) -> Evaluation:
-    """Observe and diagnose once; never raises for what Prometheus or a router answers. `prometheus_url` given:
-    read it without credentials (the CLI's `--prometheus-url`); else where the autoscaler reads."""
+    """Observe and diagnose once; never raises for what Prometheus or a router answers. Prometheus: where the
+    autoscaler reads it (the operator); `as_user` (the CLI, with the caller's own rights): `prometheus_url` without
+    credentials when given, else the CR's URL or $SGLANG_OPERATOR_PROMETHEUS_URL with the CR's prometheusAuth and
+    no allow-list (that list guards the operator's requests, not the caller's)."""
     meta = body.get("metadata") or {}
     namespace, name = str(meta.get("namespace", "")), str(meta.get("name", ""))
     now = time.time() if now is None else now
@@ -65,8 +70,12 @@ def evaluate(
     metrics, why = None, None
     url: str | None
     credentials: Credentials | None
-    if prometheus_url:
+    if as_user and prometheus_url:
         url, credentials = prometheus_url, Credentials()
+    elif as_user:
+        url = spec.autoscaling.prometheus_url or os.environ.get(PROMETHEUS_URL_ENV)
+        credentials, why = resolve_credentials(core, namespace, spec.autoscaling.prometheus_auth)
+        why = why if url else "no Prometheus URL: give --prometheus-url"
     else:
         url, credentials, why = prometheus_access(core, namespace, spec.autoscaling)
     if url is not None and credentials is not None:
