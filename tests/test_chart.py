@@ -44,6 +44,8 @@ NAMESPACED_PERMISSIONS: dict[tuple[str, str], set[str]] = {
     ("", "events"): {"create"},
     ("sglang.ai", "sglangdeployments"): {"get", "list", "watch", "patch"},
     ("sglang.ai", "sglangdeployments/status"): {"patch"},
+    ("sglang.ai", "sglangworkergroups"): {"get", "list", "watch"},
+    ("sglang.ai", "sglangworkergroups/status"): {"patch"},
     ("monitoring.coreos.com", "podmonitors"): {"list", "watch", "get", "create", "patch", "delete"},
     ("networking.k8s.io", "networkpolicies"): {"list", "watch", "get", "create", "patch", "delete"},
     ("inference.networking.k8s.io", "inferencepools"): {"list", "watch", "get", "create", "patch", "delete"},

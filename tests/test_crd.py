@@ -1,6 +1,6 @@
 """The committed CRD, the chart's copy and the generator must agree; the CRD carries every rule as CEL."""
 
-from sglang_operator.api.crdgen import CRD_PATHS, build_crd, render_crd_yaml
+from sglang_operator.api.crdgen import CRD_PATHS, SCALE_CRD_PATHS, build_crd, build_scale_crd, render_crd_yaml
 from sglang_operator.api.validation import RULES
 
 
@@ -8,6 +8,15 @@ def test_committed_crds_match_the_generator() -> None:
     expected = render_crd_yaml()
     for path in CRD_PATHS:
         assert path.read_text() == expected, f"{path} is stale: run `make crds`"
+    for path in SCALE_CRD_PATHS:
+        assert path.read_text() == render_crd_yaml(build_scale_crd()), f"{path} is stale: run `make crds`"
+
+
+def test_the_worker_group_scale_target_has_a_scale_subresource() -> None:
+    version = build_scale_crd()["spec"]["versions"][0]
+    assert version["subresources"]["scale"]["specReplicasPath"] == ".spec.replicas"
+    replicas = version["schema"]["openAPIV3Schema"]["properties"]["spec"]["properties"]["replicas"]
+    assert (replicas["minimum"], replicas["maximum"]) == (0, 512)
 
 
 def test_crd_has_subresources_columns_and_short_name() -> None:

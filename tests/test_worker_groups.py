@@ -9,6 +9,7 @@ from kubernetes import client
 from sglang_operator.api.groups import FLEET_RULES, GroupRule, group_spec, worker_groups
 from sglang_operator.api.spec import SGLangDeploymentSpec
 from sglang_operator.api.validation import RULES, parse_spec
+from sglang_operator.controller.fleet import scale_target_counts
 from sglang_operator.controller.reconcile import Reconciler
 from sglang_operator.render import Owner, render_all, revision_hash
 from sglang_operator.settings import OperatorSettings
@@ -236,3 +237,45 @@ def test_removing_the_groups_retires_their_pods() -> None:
     assert len([m for m in metas if "sglang.ai/group" not in m["labels"]]) == 2
     assert all("sglang.ai/draining-since" in m["annotations"] for m in metas if "sglang.ai/group" in m["labels"])
     assert "groups" not in cr["status"] or cr["status"]["groups"] == []
+
+
+# -- a group's own scale target (SGLangWorkerGroup) ------------------------------------------------------------------
+
+
+def scale_target(name: str, group: str, replicas: Any, created: str = "2026-12-01T00:00:00Z") -> dict[str, Any]:
+    return {"apiVersion": "sglang.ai/v1alpha1", "kind": "SGLangWorkerGroup",
+            "metadata": {"name": name, "namespace": NS, "generation": 1, "creationTimestamp": created},
+            "spec": {"deployment": NAME, "group": group, "replicas": replicas}}  # fmt: skip
+
+
+def test_one_scale_target_per_group_is_in_effect() -> None:
+    targets = [scale_target("late", "a", 5, "2026-12-02T00:00:00Z"), scale_target("first", "a", 3),
+               scale_target("nope", "z", 1), scale_target("odd", "b", "2")]  # fmt: skip
+    counts, verdicts = scale_target_counts(seed(), NAME, targets)
+    assert counts == {"a": 3}
+    assert [(v.name, v.in_effect) for v in verdicts] == [
+        ("first", True),
+        ("nope", False),
+        ("odd", False),
+        ("late", False),
+    ]
+    assert "already sizes group a" in verdicts[3].message and "no worker group 'z'" in verdicts[1].message
+    owned = seed().model_copy(update={"autoscaling": seed().autoscaling.model_copy(update={"enabled": True})})
+    counts, verdicts = scale_target_counts(owned, NAME, targets)
+    assert counts == {} and all("built-in autoscaler" in v.message for v in verdicts)
+
+
+def test_a_scale_target_sizes_its_group_and_reads_back_the_count() -> None:
+    reconciler, fake = fleet({**SEED, "router": {"enabled": False}})
+    fake.put(scale_target("a-scaler", "a", 2))
+    reconciler.reconcile(NS, NAME)
+    reconciler.reconcile(NS, NAME)
+    groups = [p["metadata"]["labels"]["sglang.ai/group"] for p in worker_pods(fake).values()]
+    assert sorted(groups) == ["a", "a", "b", "b"]
+    status = fake.objects[("SGLangWorkerGroup", "a-scaler")]["status"]
+    assert status == {"replicas": 2, "selector": "sglang.ai/deployment=chat,sglang.ai/component=worker,"
+                      "sglang.ai/group=a", "observedGeneration": 1, "inEffect": True,
+                      "message": "sizes group a of chat"}  # fmt: skip
+    writes = len(fake.writes())
+    reconciler.reconcile(NS, NAME)
+    assert len(fake.writes()) == writes  # nothing changed: no status write

@@ -27,18 +27,23 @@ from kubernetes.client.exceptions import ApiException
 from localcluster.paths import REPO_ROOT
 from localcluster.procs import wait_for
 from sglang_operator.api.constants import GROUP, PLURAL, VERSION
-from sglang_operator.api.crdgen import build_crd
+from sglang_operator.api.crdgen import build_crd, build_scale_crd
 
 CRD_ESTABLISHED_TIMEOUT_S = 30.0
 CRD_WRITE_ATTEMPTS = 5
 
 
 def install_crd(api: client.ApiClient) -> None:
-    """Create or replace the generated CRD and wait until it is Established."""
-    ext = client.ApiextensionsV1Api(api)
-    name = build_crd()["metadata"]["name"]
+    """Create or replace the generated CRDs (SGLangDeployment, and SGLangWorkerGroup, a worker group's scale
+    target) and wait until they are Established."""
+    for build in (build_crd, build_scale_crd):
+        _install_one(client.ApiextensionsV1Api(api), build)
+
+
+def _install_one(ext: client.ApiextensionsV1Api, build: Callable[[], dict[str, Any]]) -> None:
+    name = build()["metadata"]["name"]
     for _ in range(CRD_WRITE_ATTEMPTS):  # optimistic concurrency: other test processes install it too
-        crd = build_crd()
+        crd = build()
         try:
             current = ext.read_custom_resource_definition(name)
             crd["metadata"]["resourceVersion"] = current.metadata.resource_version

@@ -21,6 +21,7 @@ KIND_OF_PLURAL = {
     "podmonitors": "PodMonitor",
     "inferencepools": "InferencePool",
     "sglangdeployments": "SGLangDeployment",
+    "sglangworkergroups": "SGLangWorkerGroup",
 }
 
 
@@ -207,6 +208,11 @@ class FakeKube:
     # -- CustomObjectsApi ------------------------------------------------------------------------------------
     def get_namespaced_custom_object(self, g: str, v: str, ns: str, plural: str, name: str, **kw: Any) -> Any:
         return self._read(KIND_OF_PLURAL[plural], name, kw)
+
+    def list_namespaced_custom_object(self, g: str, v: str, ns: str, plural: str, **kw: Any) -> Any:
+        kind = KIND_OF_PLURAL[plural]
+        self._record("list", kind, "", None, kw)
+        return {"items": [json.loads(json.dumps(obj)) for (k, _), obj in sorted(self.objects.items()) if k == kind]}
 
     def create_namespaced_custom_object(self, g: str, v: str, ns: str, plural: str, body: Any, **kw: Any) -> Any:
         return self._create(KIND_OF_PLURAL[plural], body, kw)

@@ -63,6 +63,7 @@ Permissions on namespaced resources: exactly the API calls the operator (control
   networkpolicies    the optional per-fleet NetworkPolicy (spec.networkPolicy.enabled): the same verbs
   inferencepools     the optional Gateway API Inference Extension InferencePool (spec.inferencePool.enabled): the
                      same verbs
+  sglangworkergroups a worker group's scale target (read; its status written), never created or deleted
 */}}
 {{- define "sglang-operator.namespacedRules" -}}
 - apiGroups: [""]
@@ -85,6 +86,12 @@ Permissions on namespaced resources: exactly the API calls the operator (control
   verbs: ["get", "list", "watch", "patch"]
 - apiGroups: ["sglang.ai"]
   resources: ["sglangdeployments/status"]
+  verbs: ["patch"]
+- apiGroups: ["sglang.ai"]
+  resources: ["sglangworkergroups"]
+  verbs: ["get", "list", "watch"]
+- apiGroups: ["sglang.ai"]
+  resources: ["sglangworkergroups/status"]
   verbs: ["patch"]
 - apiGroups: ["monitoring.coreos.com"]
   resources: ["podmonitors"]

@@ -30,6 +30,7 @@ from kubernetes.client.exceptions import ApiException
 
 from .. import names
 from ..api.constants import ANNOTATION_SPEC_HASH, GROUP, KIND, PLURAL, VERSION
+from ..api.scaletarget import SCALE_PLURAL
 from .kube import API_TIMEOUT, FIELD_MANAGER
 from .observed import owned_by
 from .state import Expectations
@@ -270,6 +271,18 @@ class Writer:
                 raise
 
     # -- the CR ------------------------------------------------------------------------------------------------
+    def patch_scale_target_status(self, namespace: str, name: str, status: dict[str, Any]) -> None:
+        """The status of a worker group's scale target (SGLangWorkerGroup): the group's count and selector, which
+        an HPA reads through its /scale. Gone already (404) is fine: the next pass no longer sees it."""
+        self._count("patch_scale_target_status")
+        try:
+            self.custom.patch_namespaced_custom_object_status(
+                GROUP, VERSION, namespace, SCALE_PLURAL, name, {"status": status}, _request_timeout=API_TIMEOUT
+            )
+        except ApiException as exc:
+            if exc.status != 404:
+                raise
+
     def patch_status(self, namespace: str, name: str, status: dict[str, Any], resource_version: str) -> bool:
         """Merge-patch status guarded by resourceVersion: the autoscaler writes status too, and neither writer
         may overwrite conditions the other just set. False on a conflict (the next pass writes again)."""

@@ -36,23 +36,72 @@ def desired_replicas(spec: SGLangDeploymentSpec, status: Mapping[str, Any]) -> t
     return max(scaling.min_replicas, min(scaling.max_replicas, count)), scaling.warm_replicas if warm is None else warm
 
 
-def group_targets(spec: SGLangDeploymentSpec, status: Mapping[str, Any]) -> dict[str, tuple[int, int]]:
-    """(active, warm) per group name. Without groups: the fleet's count. With groups: a group's own `replicas`, or
-    spec.replicas for the group that has none; when the autoscaler owns the fleet, its split
-    (`status.autoscaler.groups`) within each group's bounds. Warm replicas are a fleet without groups' only."""
+def group_targets(
+    spec: SGLangDeploymentSpec, status: Mapping[str, Any], scaled: Mapping[str, int] | None = None
+) -> dict[str, tuple[int, int]]:
+    """(active, warm) per group name. Without groups: the fleet's count. With groups: when the autoscaler owns the
+    fleet, its split (`status.autoscaler.groups`) within each group's bounds; else the group's scale target
+    (`scaled`, from `scale_target_counts`), else its own `replicas`, else spec.replicas for the group that has none.
+    Warm replicas are a fleet without groups' only."""
     groups = worker_groups(spec)
     if not spec.worker_groups:
         return {groups[0].name: desired_replicas(spec, status)}
     split = (status.get("autoscaler") or {}).get("groups")
-    owned = spec.autoscaling.enabled and not spec.autoscaling.recommend_only and isinstance(split, dict)
+    owned = autoscaler_owns(spec) and isinstance(split, dict)
     targets = {}
     for group in groups:
         decided = _count(split.get(group.name)) if owned and isinstance(split, dict) else None
         if decided is not None:
             targets[group.name] = (max(group.min_replicas, min(group.max_replicas, decided)), 0)
         else:
-            targets[group.name] = (group.spec.replicas, 0)
+            targets[group.name] = ((scaled or {}).get(group.name, group.spec.replicas), 0)
     return targets
+
+
+def autoscaler_owns(spec: SGLangDeploymentSpec) -> bool:
+    return spec.autoscaling.enabled and not spec.autoscaling.recommend_only
+
+
+@dataclass(frozen=True)
+class ScaleTargetVerdict:
+    """Whether one SGLangWorkerGroup sizes its group now, and why (its status says it)."""
+
+    name: str
+    group: str
+    in_effect: bool
+    message: str
+
+
+def scale_target_counts(
+    spec: SGLangDeploymentSpec, deployment: str, targets: list[dict[str, Any]]
+) -> tuple[dict[str, int], list[ScaleTargetVerdict]]:
+    """The groups' counts that SGLangWorkerGroups set, and a verdict for each of them. One target per group is in
+    effect (the oldest; ties by name), none while the built-in autoscaler owns the fleet or for a group the spec
+    does not have. Pure."""
+    names = {g.name for g in spec.worker_groups}
+    ordered = sorted(targets, key=lambda t: (str((t.get("metadata") or {}).get("creationTimestamp") or ""),
+                                            str((t.get("metadata") or {}).get("name") or "")))  # fmt: skip
+    counts: dict[str, int] = {}
+    holders: dict[str, str] = {}
+    verdicts = []
+    for target in ordered:
+        name = str((target.get("metadata") or {}).get("name") or "")
+        group = str((target.get("spec") or {}).get("group") or "")
+        replicas = _count((target.get("spec") or {}).get("replicas"))
+        if autoscaler_owns(spec):
+            why = f"the built-in autoscaler sizes {deployment} (spec.autoscaling); set recommendOnly or disable it"
+        elif group not in names:
+            why = f"SGLangDeployment {deployment} has no worker group {group!r}"
+        elif group in holders:
+            why = f"SGLangWorkerGroup {holders[group]} already sizes group {group}"
+        elif replicas is None:
+            why = "spec.replicas is not a replica count"
+        else:
+            counts[group], holders[group] = replicas, name
+            verdicts.append(ScaleTargetVerdict(name, group, True, f"sizes group {group} of {deployment}"))
+            continue
+        verdicts.append(ScaleTargetVerdict(name, group, False, why))
+    return counts, verdicts
 
 
 @dataclass
@@ -90,12 +139,17 @@ def pod_group(pod: Mapping[str, Any]) -> str:
     return value if isinstance(value, str) else ""
 
 
-def group_passes(spec: SGLangDeploymentSpec, status: Mapping[str, Any], pods: list[dict[str, Any]]) -> list[GroupPass]:
+def group_passes(
+    spec: SGLangDeploymentSpec,
+    status: Mapping[str, Any],
+    pods: list[dict[str, Any]],
+    scaled: Mapping[str, int] | None = None,
+) -> list[GroupPass]:
     """Every group of the spec, then every retired group that still has pods, each with its own pods."""
     by_group: dict[str, list[dict[str, Any]]] = {}
     for pod in pods:
         by_group.setdefault(pod_group(pod), []).append(pod)
-    targets = group_targets(spec, status)
+    targets = group_targets(spec, status, scaled)
     passes = []
     for group in worker_groups(spec):
         active, warm = targets[group.name]

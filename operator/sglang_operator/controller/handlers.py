@@ -24,6 +24,7 @@ import kopf
 
 from .. import metrics
 from ..api.constants import GROUP, LABEL_DEPLOYMENT, PLURAL, VERSION
+from ..api.scaletarget import SCALE_PLURAL
 from .apply import possible_children
 from .kube import api_client
 from .reconcile import PassResult, Reconciler
@@ -120,6 +121,20 @@ async def sgld_inferencepools(namespace: str | None, name: str | None, body: kop
     return _child_index(namespace, name, body)
 
 
+@kopf.index(GROUP, VERSION, SCALE_PLURAL)
+async def sgld_scale_targets(namespace: str | None, spec: Mapping[str, Any], body: kopf.Body, **_: Any) -> Any:
+    """Worker groups' scale targets (SGLangWorkerGroup) by (namespace, the SGLangDeployment they name)."""
+    deployment = spec.get("deployment")
+    return {(namespace, deployment): plain(body)} if namespace and isinstance(deployment, str) else None
+
+
+@kopf.on.event(GROUP, VERSION, SCALE_PLURAL)
+async def scale_target_changed(namespace: str | None, spec: Mapping[str, Any], **_: Any) -> None:
+    """An HPA (or anyone) changed a group's count: the deployment's loop acts on it now."""
+    if isinstance(spec.get("deployment"), str):
+        _wake(namespace or "", spec["deployment"])
+
+
 class _Children(Mapping[ChildKey, Any]):
     """The child indexes as one mapping by (namespace, kind, name)."""
 
@@ -168,7 +183,7 @@ async def sgld_reconcile_loop(
     try:
         while not stopped:
             wake.clear()
-            snapshot = take_snapshot(body, sgld_pods, children, child_names)
+            snapshot = take_snapshot(body, sgld_pods, children, child_names, indexes["sgld_scale_targets"])
             pending = unmet(expected, snapshot.pods or [])
             if pending and time.monotonic() - expected.since < EXPECTATION_TIMEOUT_SECONDS:
                 # The watch has not shown this loop's last pod writes yet: planning now would repeat them.

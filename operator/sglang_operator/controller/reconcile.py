@@ -36,12 +36,13 @@ from ..api.constants import (
     PLURAL,
     VERSION,
 )
+from ..api.scaletarget import SCALE_PLURAL
 from ..api.spec import SecretKeyRef, SGLangDeploymentSpec
 from ..api.validation import check_pod_policy, parse_spec
 from ..render import Owner, replica_pods, shared_children
 from ..settings import OperatorSettings, load_settings
 from .apply import ChildRef, KindUnavailable, Outcome, Writer, possible_children, stale_children
-from .fleet import GroupPass, group_passes
+from .fleet import GroupPass, ScaleTargetVerdict, group_passes, scale_target_counts
 from .inferencepool import membership_changes, membership_labels, pool_members
 from .kube import API_TIMEOUT
 from .loads import fetch_in_flight
@@ -60,6 +61,7 @@ from .status import (
     merge_conditions,
     problem_event,
     status_changed,
+    worker_selector,
 )
 
 log = logging.getLogger(__name__)
@@ -164,6 +166,47 @@ class Reconciler:
             pod for pod in self._snapshot.pods or []
             if ((pod.get("metadata") or {}).get("labels") or {}).get(LABEL_COMPONENT) == component
         ]  # fmt: skip
+
+    def _scale_targets(self) -> list[dict[str, Any]]:
+        """The SGLangWorkerGroups naming this CR: from the watch, or listed when the snapshot has none (a cluster
+        without their CRD has none)."""
+        if self._snapshot.scale_targets is not None:
+            return self._snapshot.scale_targets
+        meta = self._snapshot.body["metadata"]
+        try:
+            listed = self.custom.list_namespaced_custom_object(
+                GROUP, VERSION, meta["namespace"], SCALE_PLURAL, _request_timeout=API_TIMEOUT
+            )
+        except ApiException as exc:
+            if exc.status == 404:
+                return []
+            raise
+        return [t for t in listed.get("items") or [] if (t.get("spec") or {}).get("deployment") == meta["name"]]
+
+    def _write_scale_targets(
+        self,
+        namespace: str,
+        name: str,
+        targets: list[dict[str, Any]],
+        verdicts: list[ScaleTargetVerdict],
+        status: dict[str, Any],
+    ) -> None:
+        """Each scale target's status: its group's serving replicas and pod selector (what an HPA reads through its
+        /scale) and whether it is in effect; written only when it changed."""
+        serving = {g["name"]: g["replicas"] for g in status.get("groups") or []}
+        by_name = {str((t.get("metadata") or {}).get("name")): t for t in targets}
+        for verdict in verdicts:
+            target = by_name[verdict.name]
+            known = verdict.group in serving
+            wanted = {
+                "replicas": serving.get(verdict.group, 0),
+                "selector": worker_selector(name, verdict.group) if known else "",
+                "observedGeneration": (target.get("metadata") or {}).get("generation"),
+                "inEffect": verdict.in_effect,
+                "message": verdict.message,
+            }
+            if target.get("status") != wanted:
+                self.writer.patch_scale_target_status(namespace, verdict.name, wanted)
 
     def _secret_text(self, ref: SecretKeyRef | None, namespace: str, what: str) -> str | None:
         """A key of a Secret of the CR's namespace that the CR names (the router's or the workers' API key). Read
@@ -344,7 +387,10 @@ class Reconciler:
 
         with _step("reading worker pods"):
             pods = [pod for pod in self._pods(COMPONENT_WORKER) if owned_by(pod, owner.uid)]
-        groups = group_passes(spec, previous, pods)
+        with _step("reading worker groups' scale targets"):
+            scale_targets = self._scale_targets()
+        scaled, verdicts = scale_target_counts(spec, name, scale_targets)
+        groups = group_passes(spec, previous, pods, scaled)
         with _step("reading worker loads"):
             needs_loads = {g.name: g.needs_loads() for g in groups}
             needs_key = any(needs_loads.values()) or spec.router.enabled  # the routers get it with registrations
@@ -414,6 +460,8 @@ class Reconciler:
             problems=problems,
         )  # fmt: skip
         written = self._write_status(body, previous, status)
+        with _step("writing scale targets' status"):
+            self._write_scale_targets(namespace, name, scale_targets, verdicts, status)
         if written and router_obs.error and _degraded_changed(previous, status):
             self.writer.event(body, "RegistrationFailed", router_obs.error, warning=True)
         plan = groups[0].plan if len(groups) == 1 else _merged_plan([g.plan for g in groups])

@@ -45,6 +45,8 @@ class Snapshot:
     children: dict[tuple[str, str], dict[str, Any]] | None = None
     """(kind, name) -> the object, trimmed to what the executor reads (`trim_child`); None: not watched, the pass
     reads each child itself (the API-reading path of tests and one-off runs)."""
+    scale_targets: list[dict[str, Any]] | None = None
+    """The SGLangWorkerGroups naming this CR (its groups' scale targets); None: not watched, the pass lists them."""
 
 
 def pod_key(namespace: str | None, labels: Mapping[str, str]) -> PodKey | None:
@@ -85,9 +87,11 @@ def take_snapshot(
     pods: Mapping[PodKey, Iterable[Mapping[str, Any]]],
     children: Mapping[ChildKey, Iterable[Mapping[str, Any]]],
     child_names: Iterable[tuple[str, str]],
+    scale_targets: Mapping[PodKey, Iterable[Mapping[str, Any]]] | None = None,
 ) -> Snapshot:
     """A snapshot for the CR `body` from the pod index and the child index; `child_names`: the (kind, name) pairs
-    it may own. Called on the event loop (kopf changes the indexes there). Pure."""
+    it may own; `scale_targets`: the SGLangWorkerGroup index by (namespace, spec.deployment). Called on the event
+    loop (kopf changes the indexes there). Pure."""
     meta = body.get("metadata") or {}
     namespace, name = str(meta.get("namespace") or ""), str(meta.get("name") or "")
     found = {}
@@ -95,7 +99,9 @@ def take_snapshot(
         for obj in children.get((namespace, kind, child), ()):
             found[(kind, child)] = plain(obj)
             break
-    return Snapshot(body=plain(body), pods=[plain(p) for p in pods.get((namespace, name), ())], children=found)
+    targets = [plain(t) for t in (scale_targets or {}).get((namespace, name), ())]
+    return Snapshot(body=plain(body), pods=[plain(p) for p in pods.get((namespace, name), ())], children=found,
+                    scale_targets=targets)  # fmt: skip
 
 
 # -- expectations ------------------------------------------------------------------------------------------------

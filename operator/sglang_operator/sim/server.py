@@ -45,8 +45,10 @@ FAILURES = {
 
 def capacity(args: ServerArgs, knobs: SimKnobs) -> Capacity:
     """SGLang's arithmetic (`capacity.running_requests_per_rank`): attention DP divides --max-running-requests among
-    its ranks; without the flag each scheduler has its own default (SGLANG_SIM_MAX_RUNNING), never divided."""
-    per_rank = max(1, args_per_rank(args, knobs.default_running(args.tp_size)))  # launch_problem refused 0 before we get here
+    its ranks; without the flag each scheduler has its own default (SGLANG_SIM_MAX_RUNNING, or SLOTS_PER_GPU x tp),
+    never divided."""
+    # launch_problem refused 0 before we get here
+    per_rank = max(1, args_per_rank(args, knobs.default_running(args.tp_size)))
     mrr = args.max_running_requests if args.max_running_requests is not None else per_rank * args.num_dp_ranks
     return Capacity(
         context_length=args.context_length or knobs.context_length,
