@@ -9,8 +9,8 @@ from kubernetes import client
 from sglang_operator.api.groups import FLEET_RULES, GroupRule, group_spec, worker_groups
 from sglang_operator.api.spec import SGLangDeploymentSpec
 from sglang_operator.api.validation import RULES, parse_spec
-from sglang_operator.controller.fleet import scale_target_counts
 from sglang_operator.controller.reconcile import Reconciler
+from sglang_operator.controller.scaletargets import scale_target_counts
 from sglang_operator.render import Owner, render_all, revision_hash
 from sglang_operator.settings import OperatorSettings
 

@@ -18,7 +18,7 @@ from .observed import ReplicaView, group_replicas
 from .planner import BURST_PODS, Plan, Targets
 
 
-def _count(value: object) -> int | None:
+def status_count(value: object) -> int | None:
     """A count from status, which anyone who may patch status can write: non-negative integers only."""
     return value if isinstance(value, int) and not isinstance(value, bool) and value >= 0 else None
 
@@ -30,8 +30,8 @@ def desired_replicas(spec: SGLangDeploymentSpec, status: Mapping[str, Any]) -> t
     if not scaling.enabled or scaling.recommend_only:
         return spec.replicas, 0
     autoscaler = status.get("autoscaler") or {}
-    count = _count(autoscaler.get("desiredReplicas"))
-    warm = _count(autoscaler.get("warmReplicas"))
+    count = status_count(autoscaler.get("desiredReplicas"))
+    warm = status_count(autoscaler.get("warmReplicas"))
     count = spec.replicas if count is None else count
     return max(scaling.min_replicas, min(scaling.max_replicas, count)), scaling.warm_replicas if warm is None else warm
 
@@ -50,7 +50,7 @@ def group_targets(
     owned = autoscaler_owns(spec) and isinstance(split, dict)
     targets = {}
     for group in groups:
-        decided = _count(split.get(group.name)) if owned and isinstance(split, dict) else None
+        decided = status_count(split.get(group.name)) if owned and isinstance(split, dict) else None
         if decided is not None:
             targets[group.name] = (max(group.min_replicas, min(group.max_replicas, decided)), 0)
         else:
@@ -60,48 +60,6 @@ def group_targets(
 
 def autoscaler_owns(spec: SGLangDeploymentSpec) -> bool:
     return spec.autoscaling.enabled and not spec.autoscaling.recommend_only
-
-
-@dataclass(frozen=True)
-class ScaleTargetVerdict:
-    """Whether one SGLangWorkerGroup sizes its group now, and why (its status says it)."""
-
-    name: str
-    group: str
-    in_effect: bool
-    message: str
-
-
-def scale_target_counts(
-    spec: SGLangDeploymentSpec, deployment: str, targets: list[dict[str, Any]]
-) -> tuple[dict[str, int], list[ScaleTargetVerdict]]:
-    """The groups' counts that SGLangWorkerGroups set, and a verdict for each of them. One target per group is in
-    effect (the oldest; ties by name), none while the built-in autoscaler owns the fleet or for a group the spec
-    does not have. Pure."""
-    names = {g.name for g in spec.worker_groups}
-    ordered = sorted(targets, key=lambda t: (str((t.get("metadata") or {}).get("creationTimestamp") or ""),
-                                            str((t.get("metadata") or {}).get("name") or "")))  # fmt: skip
-    counts: dict[str, int] = {}
-    holders: dict[str, str] = {}
-    verdicts = []
-    for target in ordered:
-        name = str((target.get("metadata") or {}).get("name") or "")
-        group = str((target.get("spec") or {}).get("group") or "")
-        replicas = _count((target.get("spec") or {}).get("replicas"))
-        if autoscaler_owns(spec):
-            why = f"the built-in autoscaler sizes {deployment} (spec.autoscaling); set recommendOnly or disable it"
-        elif group not in names:
-            why = f"SGLangDeployment {deployment} has no worker group {group!r}"
-        elif group in holders:
-            why = f"SGLangWorkerGroup {holders[group]} already sizes group {group}"
-        elif replicas is None:
-            why = "spec.replicas is not a replica count"
-        else:
-            counts[group], holders[group] = replicas, name
-            verdicts.append(ScaleTargetVerdict(name, group, True, f"sizes group {group} of {deployment}"))
-            continue
-        verdicts.append(ScaleTargetVerdict(name, group, False, why))
-    return counts, verdicts
 
 
 @dataclass

@@ -42,13 +42,14 @@ from ..api.validation import check_pod_policy, parse_spec
 from ..render import Owner, replica_pods, shared_children
 from ..settings import OperatorSettings, load_settings
 from .apply import ChildRef, KindUnavailable, Outcome, Writer, possible_children, stale_children
-from .fleet import GroupPass, ScaleTargetVerdict, group_passes, scale_target_counts
+from .fleet import GroupPass, group_passes
 from .inferencepool import membership_changes, membership_labels, pool_members
 from .kube import API_TIMEOUT
 from .loads import fetch_in_flight
 from .observed import ReplicaView, owned_by
 from .planner import Plan, plan_replicas
 from .routers import observe_routers, sync_routers
+from .scaletargets import ScaleTargetVerdict, scale_target_counts, scale_target_status
 from .state import KINDS, SECRETS, Expectations, Snapshot, TtlCache
 from .status import (
     PROBLEM_REASONS,
@@ -61,7 +62,6 @@ from .status import (
     merge_conditions,
     problem_event,
     status_changed,
-    worker_selector,
 )
 
 log = logging.getLogger(__name__)
@@ -196,16 +196,8 @@ class Reconciler:
         serving = {g["name"]: g["replicas"] for g in status.get("groups") or []}
         by_name = {str((t.get("metadata") or {}).get("name")): t for t in targets}
         for verdict in verdicts:
-            target = by_name[verdict.name]
-            known = verdict.group in serving
-            wanted = {
-                "replicas": serving.get(verdict.group, 0),
-                "selector": worker_selector(name, verdict.group) if known else "",
-                "observedGeneration": (target.get("metadata") or {}).get("generation"),
-                "inEffect": verdict.in_effect,
-                "message": verdict.message,
-            }
-            if target.get("status") != wanted:
+            wanted = scale_target_status(verdict, by_name[verdict.name], serving, name)
+            if by_name[verdict.name].get("status") != wanted:
                 self.writer.patch_scale_target_status(namespace, verdict.name, wanted)
 
     def _secret_text(self, ref: SecretKeyRef | None, namespace: str, what: str) -> str | None:
