@@ -3,6 +3,7 @@ changed, the next pass waits for the watch to show the last one's pod writes, th
 measured, failed passes back off, and the operator's metrics count what the brief lists."""
 
 import asyncio
+import functools
 import threading
 import time
 from datetime import UTC, datetime, timedelta
@@ -23,7 +24,7 @@ from sglang_operator.controller.state import (
     trim_child,
     unmet,
 )
-from sglang_operator.controller.workqueue import backoff_seconds, pool_size, resync_seconds, run_in_pool
+from sglang_operator.controller.workqueue import PriorityPool, backoff_seconds, pool_size, resync_seconds, run_in_pool
 from sglang_operator.settings import OperatorSettings
 
 from .fakekube import FakeKube, wire
@@ -259,3 +260,38 @@ def test_every_api_request_is_counted_by_verb_and_code(monkeypatch: pytest.Monke
     with pytest.raises(ConnectionRefusedError):
         api.call_api("GET", "https://k/api/v1/namespaces/a/pods")
     assert sample("sglang_operator_kubernetes_requests_total", {"verb": "list", "code": "error"}) == errors + 1
+
+
+def test_urgent_passes_go_before_queued_resyncs() -> None:
+    """One worker, busy; three resyncs queue, then a pass an event asked for: it runs next, then the resyncs in
+    arrival order; a cancelled waiter never runs; an exception reaches its caller."""
+    pool = PriorityPool(1, "test")
+    release, order = threading.Event(), []
+
+    def blocker() -> None:
+        release.wait(5)
+
+    def record(label: str) -> str:
+        order.append(label)
+        return label
+
+    def boom() -> None:
+        raise ValueError("pass failed")
+
+    async def main() -> list[str]:
+        first = asyncio.ensure_future(run_in_pool(blocker, pool))
+        await asyncio.sleep(0.05)  # the worker has taken it
+        resyncs = [asyncio.ensure_future(run_in_pool(functools.partial(record, f"resync-{i}"), pool)) for i in range(3)]
+        cancelled = pool.submit(record, "cancelled")
+        cancelled.cancel()
+        urgent = asyncio.ensure_future(run_in_pool(functools.partial(record, "event"), pool, urgent=True))
+        await asyncio.sleep(0.05)
+        release.set()
+        await first
+        with pytest.raises(ValueError, match="pass failed"):
+            await run_in_pool(boom, pool, urgent=True)
+        return list(await asyncio.gather(urgent, *resyncs))
+
+    assert asyncio.run(main()) == ["event", "resync-0", "resync-1", "resync-2"]
+    assert order == ["event", "resync-0", "resync-1", "resync-2"]
+    pool.shutdown()

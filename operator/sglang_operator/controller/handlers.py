@@ -179,6 +179,7 @@ async def sgld_reconcile_loop(
     child_names = [(ref.kind, ref.name) for ref in possible_children(name)]
     wake = _register(namespace, name)
     failures = 0
+    woken = True  # the first pass of a new CR is as urgent as one an event asks for
     expected = Expectations()
     try:
         while not stopped:
@@ -190,7 +191,7 @@ async def sgld_reconcile_loop(
                 await _sleep_or_wake(wake, EXPECTATION_POLL_SECONDS)
                 continue
             try:
-                result: PassResult = await run_in_pool(functools.partial(reconciler.run, snapshot))
+                result: PassResult = await run_in_pool(functools.partial(reconciler.run, snapshot), urgent=woken)
             except Exception:  # a bug outside the pass's own error handling: the loop must survive
                 log.exception("reconcile of %s/%s failed", namespace, name)
                 result = PassResult(failed=True)
@@ -198,16 +199,18 @@ async def sgld_reconcile_loop(
                 log.info("%s/%s: %s", namespace, name, result.writes)
             expected = result.expected
             failures = failures + 1 if result.failed else 0
-            await _sleep_or_wake(wake, backoff_seconds(failures, resync_seconds()))
+            woken = await _sleep_or_wake(wake, backoff_seconds(failures, resync_seconds()))
     finally:
         _unregister(namespace, name, wake)
         metrics.forget_fleet(namespace, name)
 
 
-async def _sleep_or_wake(wake: asyncio.Event, seconds: float) -> None:
-    """Wait `seconds`, or less when the loop is woken. kopf cancels the coroutine to stop it."""
+async def _sleep_or_wake(wake: asyncio.Event, seconds: float) -> bool:
+    """Wait `seconds`, or less when the loop is woken; True when woken (the next pass is urgent). kopf cancels the
+    coroutine to stop it."""
     with contextlib.suppress(TimeoutError):
         await asyncio.wait_for(wake.wait(), timeout=seconds)
+    return wake.is_set()
 
 
 @kopf.on.update(GROUP, VERSION, PLURAL, field="spec")

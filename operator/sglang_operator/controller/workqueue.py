@@ -8,12 +8,14 @@ wait and for how long are the metrics `sglang_operator_workqueue_depth` and `...
 
 import asyncio
 import functools
+import itertools
 import os
+import queue
 import threading
 import time
 from collections.abc import Callable
-from concurrent.futures import ThreadPoolExecutor
-from typing import Final, TypeVar
+from concurrent.futures import Future, ThreadPoolExecutor
+from typing import Any, Final, TypeVar
 
 from .. import metrics
 
@@ -56,9 +58,50 @@ def backoff_seconds(failures: int, resync: float) -> float:
     return float(min(BACKOFF_BASE_SECONDS * 2.0 ** min(failures - 1, 30), BACKOFF_MAX_SECONDS))
 
 
+class PriorityPool:
+    """A fixed number of threads taking work urgent first, then in arrival order.
+
+    A pass woken by an event (a worker pod turned Ready, a spec or a scale target changed) is urgent; a periodic
+    resync is not. With hundreds of CRs resyncing, a plain FIFO makes a Ready worker wait for its CR's pass behind
+    every resync queued before it (docs/scale.md: the registration time at N = 200 was that wait); here it waits
+    only for the passes running and the urgent ones before it. Resyncs are never starved for long: they only wait
+    while events arrive faster than the pool drains them."""
+
+    def __init__(self, workers: int, name: str) -> None:
+        self._queue: queue.PriorityQueue[tuple[int, int, Any]] = queue.PriorityQueue()
+        self._order = itertools.count()
+        self._threads = [threading.Thread(target=self._work, name=f"{name}-{i}", daemon=True) for i in range(workers)]
+        for thread in self._threads:
+            thread.start()
+
+    def submit(self, fn: Callable[..., T], *args: Any, urgent: bool = False) -> Future[T]:
+        future: Future[T] = Future()
+        self._queue.put((0 if urgent else 1, next(self._order), (future, functools.partial(fn, *args))))
+        return future
+
+    def shutdown(self) -> None:
+        for _ in self._threads:
+            self._queue.put((2, next(self._order), None))
+        for thread in self._threads:
+            thread.join(timeout=10)
+
+    def _work(self) -> None:
+        while True:
+            _, _, item = self._queue.get()
+            if item is None:
+                return
+            future, call = item
+            if not future.set_running_or_notify_cancel():
+                continue  # cancelled while it waited
+            try:
+                future.set_result(call())
+            except BaseException as exc:  # the caller's await raises it
+                future.set_exception(exc)
+
+
 @functools.cache
-def shared_pool() -> ThreadPoolExecutor:
-    return ThreadPoolExecutor(max_workers=pool_size(), thread_name_prefix="sglang-pass")
+def shared_pool() -> PriorityPool:
+    return PriorityPool(pool_size(), "sglang-pass")
 
 
 _waiting = 0
@@ -78,13 +121,20 @@ def _timed(fn: Callable[[], T], submitted: float) -> T:
     return fn()
 
 
-async def run_in_pool(fn: Callable[[], T], pool: ThreadPoolExecutor | None = None) -> T:
-    """Run `fn` in the shared pool and await it, counting the time it waits for a worker.
+async def run_in_pool(
+    fn: Callable[[], T], pool: ThreadPoolExecutor | PriorityPool | None = None, urgent: bool = False
+) -> T:
+    """Run `fn` in the shared pool and await it, counting the time it waits for a worker; `urgent` work (a pass an
+    event asked for) goes before periodic work (see `PriorityPool`).
 
     A cancelled caller (kopf stops the CR's daemon) leaves a started pass to finish in its thread: a pass is
     bounded (every call has a deadline), and stopping it half way would leave nothing better behind."""
     _queued(+1)
-    submitted = (pool or shared_pool()).submit(_timed, fn, time.monotonic())
+    pool = pool or shared_pool()
+    if isinstance(pool, PriorityPool):
+        submitted = pool.submit(_timed, fn, time.monotonic(), urgent=urgent)
+    else:
+        submitted = pool.submit(_timed, fn, time.monotonic())
     try:
         return await asyncio.wrap_future(submitted)
     except asyncio.CancelledError:
