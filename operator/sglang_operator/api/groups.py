@@ -173,8 +173,10 @@ FLEET_RULES: tuple[Rule, ...] = (
         cel=_GROUPS + f"self.workerGroups.all(g, !has(g.replicas) || (g.replicas >= 0 && g.replicas <= "
         f"{MAX_REPLICAS})) && self.workerGroups.map(g, has(g.replicas) ? g.replicas : self.replicas).sum() <= "
         f"{MAX_REPLICAS}",
-        holds=lambda s: all(g.replicas is None or 0 <= g.replicas <= MAX_REPLICAS for g in s.worker_groups)
-        and _total_replicas(s) <= MAX_REPLICAS,
+        holds=lambda s: (
+            all(g.replicas is None or 0 <= g.replicas <= MAX_REPLICAS for g in s.worker_groups)
+            and _total_replicas(s) <= MAX_REPLICAS
+        ),
     ),
     Rule(
         field="spec.workerGroups",
@@ -193,8 +195,10 @@ FLEET_RULES: tuple[Rule, ...] = (
         cel="!has(self.autoscaling.maxGPUs) || !has(self.workerGroups) || size(self.workerGroups) == 0 || "
         "self.workerGroups.map(g, g.parallelism.tp * g.parallelism.dp * (has(g.autoscaling) ? "
         "g.autoscaling.minReplicas : 0)).sum() <= self.autoscaling.maxGPUs",
-        holds=lambda s: s.autoscaling.max_gpus is None
-        or sum(g.parallelism.tp * g.parallelism.dp * g.autoscaling.min_replicas for g in s.worker_groups)
-        <= s.autoscaling.max_gpus,
+        holds=lambda s: (
+            s.autoscaling.max_gpus is None
+            or sum(g.parallelism.tp * g.parallelism.dp * g.autoscaling.min_replicas for g in s.worker_groups)
+            <= s.autoscaling.max_gpus
+        ),
     ),
 )
