@@ -106,7 +106,7 @@ def plot_day(path: Path, out: Path, static_n: int | None) -> dict[str, Any]:
         miss = 100.0 * float(np.mean(r.waits[late] > args.slo_wait))
         hours_paid = r.replica_seconds / 3600.0
         summary[name] = {"replica_hours": round(hours_paid, 2), "slo_miss_pct": round(miss, 3)}
-        style = {"lw": 1.6} if name == "sglang-operator" else {"lw": 0.9}
+        style: dict[str, Any] = {"lw": 1.6} if name == "sglang-operator" else {"lw": 0.9}
         ax.step(np.asarray(r.timeline_t) / 3600.0, r.timeline_replicas, where="post", **style,
                 label=f"{name}: {hours_paid:.0f} replica-h, {miss:.2f} % misses")  # fmt: skip
     ax.set_xlabel("hours")

@@ -135,17 +135,23 @@ def sizes(day: Day, shared: Path, n: int) -> tuple[np.ndarray, np.ndarray]:
     return source.tokens_in[pick].astype(int), source.tokens_out[pick].astype(int)
 
 
-def write_day(day: Day, out: Path, shared: Path) -> Path:
-    """The day as an xz-compressed Azure CSV (millisecond timestamps; the benchmark reads .xz directly)."""
+def write_day(day: Day, out: Path, shared: Path, compress: bool = True) -> Path:
+    """The day as an Azure CSV with millisecond timestamps, xz-compressed unless `compress` is False (the benchmark
+    reads .xz directly)."""
     out.mkdir(parents=True, exist_ok=True)
     t = arrivals(day, shared)
     prompt, output = sizes(day, shared, len(t))
-    path = out / f"{day.name}.csv.xz"
     start = datetime(2024, 5, 1, 0, 0, 0)
     lines = ["TIMESTAMP,ContextTokens,GeneratedTokens"]
     for ts, p, o in zip(t.tolist(), prompt.tolist(), output.tolist(), strict=True):
         stamp = (start + timedelta(milliseconds=round(ts * 1000))).strftime("%Y-%m-%d %H:%M:%S.%f") + "0"
         lines.append(f"{stamp},{p},{o}")
+    data = ("\n".join(lines) + "\n").encode()
+    if not compress:
+        path = out / f"{day.name}.csv"
+        path.write_bytes(data)
+        return path
+    path = out / f"{day.name}.csv.xz"
     with lzma.open(path, "wb", preset=9) as f:  # xz has no timestamp: the same bytes every time
-        f.write(("\n".join(lines) + "\n").encode())
+        f.write(data)
     return path

@@ -23,10 +23,10 @@ POLICIES = {"sglang-operator", "hpa", "keda", "static-peak", "oracle"}
 SMALL = ["--no-plot"]
 
 
-def run_json(script: Path, *args: str) -> dict[str, Any]:
+def run_json(script: Path, *args: str, timeout: float = 120) -> dict[str, Any]:
     """Run a benchmark script with `--json` and parse what it printed."""
     out = subprocess.run(
-        [sys.executable, str(script), "--json", *args], capture_output=True, text=True, timeout=120, check=True
+        [sys.executable, str(script), "--json", *args], capture_output=True, text=True, timeout=timeout, check=True
     )
     report: dict[str, Any] = json.loads(out.stdout)
     return report

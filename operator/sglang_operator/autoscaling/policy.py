@@ -11,8 +11,8 @@ How one decision is made (docs/autoscaling.md has the reasons, docs/autoscaling-
 3. Steady demand, in fractional replicas: the capacity rule Q x T x (1 + headroom) / C, with Q the largest of the
    stable rate (with headroom), the peak short-window rate of the recent past (with burst headroom) and the burst
    envelope (with burst headroom), and T the time a request holds a slot. The envelope is the busiest short-window
-   rate of the last hour, each past peak scaled down by as much as the half-hour mean rate has fallen since it: a
-   burst seen an hour ago on traffic that has not declined is held (the next one is likely as high, and a replica
+   rate of the last 90 minutes, each past peak scaled down by as much as the half-hour mean rate has fallen since
+   it: a burst seen an hour ago on traffic that has not declined is held (the next one is likely as high, and a replica
    started for it arrives after it), while a day's sustained decline releases it. While the stable rate has risen
    at every step for several minutes (a ramp, not a step or noise: `sustainedRise`), it is projected along that
    rise over the start-up delay first. A GPU-utilisation target
@@ -47,7 +47,8 @@ MAX_MEMORY = 20
 ENVELOPE_BLOCK_S = 300.0
 ENVELOPE_HOLD_S = 5400.0
 ENVELOPE_MEAN_S = 1800.0
-ENVELOPE_RANK = 1  # the envelope is the RANK-th highest of the held block peaks (1: the highest)
+ENVELOPE_RANK = 2  # the envelope is the second highest held block peak: one isolated burst is not a pattern
+ENVELOPE_MARGIN = 1.05  # a held peak samples the next burst's height, which varies: 5 % over the burst headroom
 
 
 @dataclass(frozen=True)
@@ -94,7 +95,9 @@ def decide(
     burst_envelope = envelope_qps(blocks, now) if (samples.qps or 0.0) > 0 else 0.0  # idle: nothing to hold for
     rule, rates, regime = _regime(spec, samples)
     slope = None if regime else sustained_slope(samples.qps_trend, spec.sustained_rise)
-    demand = _demand(current, rates, rule, slope, burst_envelope * (1.0 + spec.targets.burst_headroom))
+    demand = _demand(
+        current, rates, rule, slope, burst_envelope * (1.0 + spec.targets.burst_headroom) * ENVELOPE_MARGIN
+    )
     if regime:
         demand = replace(demand, why=f"{regime}; {demand.why}")
     steady = _tolerate(demand.steady, current.desired, rule)
@@ -132,7 +135,7 @@ def decide(
 def update_envelope(blocks: Sequence[Block], samples: Samples, now: float) -> tuple[Block, ...]:
     """The envelope's memory with this reading added: its busiest short-window rate (`qps_peak`, `qps_burst`) and
     its stable rate go into the newest block, or start a new one every ENVELOPE_BLOCK_S; blocks older than the hold
-    plus the mean's window are dropped (at most 19 blocks)."""
+    plus the mean's window are dropped (at most 25 blocks)."""
     peaks = [x for x in (samples.qps_peak, samples.qps_burst, samples.qps) if x is not None and _usable(x)]
     kept = [b for b in blocks if now - ENVELOPE_HOLD_S - ENVELOPE_MEAN_S < b.start <= now]
     if not peaks or samples.qps is None or not _usable(samples.qps):
@@ -147,8 +150,10 @@ def update_envelope(blocks: Sequence[Block], samples: Samples, now: float) -> tu
 
 
 def envelope_qps(blocks: Sequence[Block], now: float) -> float:
-    """The burst envelope: the highest block peak of the last ENVELOPE_HOLD_S, each scaled by the mean rate now over
-    the mean rate when it was seen (only down: a risen mean is in the newest peaks already); 0 without memory.
+    """The burst envelope: the ENVELOPE_RANK-th highest block peak of the last ENVELOPE_HOLD_S, each scaled by the
+    mean rate now over the mean rate when it was seen (only down: a risen mean is in the newest peaks already); 0
+    without memory. The second highest, not the highest: a burst that came once in 90 minutes is not held, bursts
+    that recur are.
 
     Means are over ENVELOPE_MEAN_S of blocks ending at each block. A burst lifts its own mean a little, so a past
     burst is held a little lower than it was; a day's decline lowers the mean now, and the held peaks with it."""
@@ -173,7 +178,7 @@ def envelope_qps(blocks: Sequence[Block], now: float) -> float:
         scale = 1.0 if then <= 0 else min(1.0, now_mean / then)
         held.append(b.peak_qps * scale)
     held.sort(reverse=True)
-    return held[min(ENVELOPE_RANK, len(held)) - 1] if held else 0.0
+    return held[ENVELOPE_RANK - 1] if len(held) >= ENVELOPE_RANK else 0.0
 
 
 def prune_history(history: Sequence[Recommendation], now: float, spec: AutoscalingSpec) -> tuple[Recommendation, ...]:
