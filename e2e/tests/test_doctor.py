@@ -4,7 +4,7 @@ real Prometheus, routers and pods, is reported with the right replica and action
 Two fleets, so each test runs one: `faults` (3 replicas behind a round-robin router, replica 1 slowed 4x, replica 2's
 prefix cache disabled: SlowReplica and LoadImbalance on replica 1, CacheHitSpread on replica 2; then the knobs are
 removed, the rollout replaces the pods, and `sglang-operator doctor` on the healthy fleet reports nothing), and
-`startup` (a 20 s start-up, autoscaled: SlowStart on its replicas and SlowScaleUp on a raised minimum, both cleared
+`startup` (a 25 s start-up, autoscaled: SlowStart on its replicas and SlowScaleUp on a raised minimum, both cleared
 once starts are fast and a later scale-up is quick). The knobs reach one replica through the downward API: the
 replica's label `sglang.ai/replica` as SGLANG_SIM_REPLICA, matched against SGLANG_SIM_SLOW_REPLICAS and
 SGLANG_SIM_COLD_CACHE_REPLICAS. Windows, intervals and hysteresis are compressed to seconds.
@@ -185,16 +185,18 @@ def test_slow_start_and_slow_scale_up_are_reported_and_clear_once_starts_are_fas
     cluster: ClusterInfo, api_client: client.ApiClient, namespace: str, operator_with_prometheus: str
 ) -> None:
     fleet = Fleet(api_client, namespace, "startup")
-    slow_env = [{"name": "SGLANG_SIM_STARTUP_SECONDS", "value": "20"}]
-    thresholds = {"slowStartSeconds": 10, "slowScaleUpSeconds": 10}
+    # A fast start here (2 s load, then the readiness probe's period) takes up to ~12 s on a busy 2-core machine.
+    slow_env = [{"name": "SGLANG_SIM_STARTUP_SECONDS", "value": "25"}]
+    thresholds = {"slowStartSeconds": 18, "slowScaleUpSeconds": 18}
     autoscaling = {"enabled": True, "minReplicas": 1, "maxReplicas": 3, "intervalSeconds": 2, "startupSeconds": 2}
-    fleet.apply(deployment(slow_env, {**DIAGNOSTICS, "windowSeconds": 120, "thresholds": thresholds},
+    diagnostics = {**DIAGNOSTICS, "windowSeconds": 600, "thresholds": thresholds}
+    fleet.apply(deployment(slow_env, diagnostics,
                            autoscaling=autoscaling))  # fmt: skip
 
     def has(kind: str, pod: str | None = None) -> bool:
         return any(f["type"] == kind and (pod is None or f["pod"] == pod) for f in findings(fleet))
 
-    # Still starting after 10 s: reported while it starts, with the phases and the model cache in use.
+    # Still starting after 18 s: reported while it starts, with the phases and the model cache in use.
     wait_for(lambda: has("SlowStart"), 90, "SlowStart on the first replica", interval=1.0)
     first = rank0_pod(fleet, "0")
     start = next(f for f in findings(fleet) if f["type"] == "SlowStart")
@@ -203,7 +205,7 @@ def test_slow_start_and_slow_scale_up_are_reported_and_clear_once_starts_are_fas
     assert "model.cache.type" in start["action"]
     fleet.wait_ready(1, timeout=60)
 
-    # A scale-up (the autoscaler's minimum raised) that waits 20 s for its replica: slow.
+    # A scale-up (the autoscaler's minimum raised) that waits 25 s for its replica: slow.
     fleet.patch_spec({"autoscaling": {"minReplicas": 2}})
     wait_for(lambda: has("SlowScaleUp"), 90, "SlowScaleUp after minReplicas 1 -> 2", interval=1.0,
              on_timeout=lambda: f"; findings={findings(fleet)}; {fleet.status().get('autoscaler')}")  # fmt: skip
@@ -219,6 +221,8 @@ def test_slow_start_and_slow_scale_up_are_reported_and_clear_once_starts_are_fas
              "SlowStart cleared after the rollout", interval=1.0,
              on_timeout=lambda: f"; findings={findings(fleet)}")  # fmt: skip
     fleet.wait_ready(2, timeout=90)
+    # The slow scale-up is still reported (its window is long): only the next, fast one clears it.
+    assert [f["type"] for f in findings(fleet)] == ["SlowScaleUp"]
     fleet.patch_spec({"autoscaling": {"minReplicas": 3}})
     wait_for(lambda: not findings(fleet), 90, "SlowScaleUp cleared by a fast scale-up", interval=1.0,
              on_timeout=lambda: f"; findings={findings(fleet)}")  # fmt: skip
