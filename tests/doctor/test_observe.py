@@ -116,5 +116,8 @@ def test_fleet_facts_take_policy_thresholds_urls_and_scale_ups_from_the_cr() -> 
     facts = fleet_facts(body, spec, [worker("chat-a-0-0", 0), router], [], now=0.0)
     assert (facts.policy, facts.balance_abs_threshold, facts.balance_rel_threshold) == ("cache_aware", 8.0, 1.2)
     assert facts.pod_urls == {"chat-a-0-0": "http://10.0.0.1:30000"}
+    other_port = worker("chat-a-1-0", 1, ip="10.0.0.2")
+    other_port["spec"]["containers"] = [{"name": "sglang", "ports": [{"name": "http", "containerPort": 31000}]}]
+    assert fleet_facts(body, spec, [other_port], [], now=0.0).pod_urls == {"chat-a-1-0": "http://10.0.0.2:31000"}
     assert [(u.before, u.after) for u in facts.scale_ups] == [(1, 2)]
     assert [p.name for p in facts.pods] == ["chat-a-0-0"] and facts.ready_replicas == 2

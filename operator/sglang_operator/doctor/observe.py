@@ -225,6 +225,15 @@ def _split(args: Sequence[str]) -> list[str]:
 _URL = re.compile(r"^[0-9a-fA-F:.]+$")
 
 
+def _http_port(pod: Mapping[str, Any], default: int) -> int:
+    """The main container's `http` port (what `controller.observed` registers), else the spec's engine port."""
+    containers = (pod.get("spec") or {}).get("containers") or []
+    for port in (containers[0].get("ports") or []) if containers and isinstance(containers[0], dict) else []:
+        if isinstance(port, dict) and port.get("name") == "http" and isinstance(port.get("containerPort"), int):
+            return int(port["containerPort"])
+    return default
+
+
 def fleet_facts(
     body: Mapping[str, Any],
     spec: SGLangDeploymentSpec,
@@ -241,8 +250,7 @@ def fleet_facts(
     for pod, fact in zip(workers, facts, strict=True):
         ip = (pod.get("status") or {}).get("podIP")
         if fact.rank == 0 and isinstance(ip, str) and _URL.match(ip):
-            host = f"[{ip}]" if ":" in ip else ip
-            urls[fact.name] = f"http://{host}:{spec.engine.port}"
+            urls[fact.name] = f"http://{ip}:{_http_port(pod, spec.engine.port)}"  # as the reconciler registers it
     status = body.get("status") or {}
     autoscaler = status.get("autoscaler") or {}
     owns = spec.autoscaling.enabled and not spec.autoscaling.recommend_only
