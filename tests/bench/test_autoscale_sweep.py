@@ -63,11 +63,12 @@ def test_grid_points_match_the_benchmark(tmp_path: Path) -> None:
 def test_the_defaults_beat_hpa_at_equal_cost_on_traffic_they_were_not_chosen_on(tmp_path: Path) -> None:
     """What a policy can be held to (no policy dominates HPA on every trace: `test_adversary.py`): at equal
     replica-hours it misses less than HPA on most of a family re-seeded after the defaults were chosen. On seed
-    offset 9000 the defaults do on 15 of the 18 traces, by 13.2 points on average, and dominate both baselines on
-    10 (docs/autoscaling-experiments.md, "Four seedings not used for the choice"); losing three fails."""
+    offset 9000 the defaults with the burst envelope do on 13 of the 18 traces, by 10.1 points on average, and
+    dominate both baselines on 5 (before the envelope: 15, 13.2 and 10; docs/autoscaling-experiments.md, "Four
+    seedings not used for the choice"); losing two more fails."""
     traces = write_family(tmp_path, seed_offset=9000)
     [point] = run_sweep(*(f"--trace={path}" for path in traces), "--jobs", "2")["points"]
     assert point["set"] == []  # the defaults
-    assert point["better_at_equal_cost"] >= 13
+    assert point["better_at_equal_cost"] >= 12
     assert point["mean_vs_hpa_at_equal_cost"] <= -8.0
-    assert point["dominated_traces"] >= 7
+    assert point["dominated_traces"] >= 4
