@@ -25,6 +25,7 @@ def condition(type_: str, status: str) -> dict[str, str]:
 
 
 def test_a_pass_status_becomes_counts_and_conditions() -> None:
+    metrics.forget_fleet("team-a", "chat")  # the registry is process-wide: other tests' passes of team-a/chat
     status = {
         "replicas": 3, "readyReplicas": 2, "updatedReplicas": 3, "registeredWorkers": 2, "ready": "2/4",
         "conditions": [condition("Ready", "False"), condition("Degraded", "True"), condition("Custom", "True")],
