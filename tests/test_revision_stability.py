@@ -21,7 +21,16 @@ RELEASED_REVISIONS = {
 }
 
 
-@pytest.mark.parametrize("path", EXAMPLES, ids=[p.name for p in EXAMPLES])
+# Examples added after that release: no fleet runs them from before, so there is no revision to keep.
+NEW_EXAMPLES = {"worker-groups.yaml"}
+RELEASED = [p for p in EXAMPLES if p.name not in NEW_EXAMPLES]
+
+
+def test_every_example_is_released_or_new() -> None:
+    assert {p.name for p in RELEASED} == set(RELEASED_REVISIONS)
+
+
+@pytest.mark.parametrize("path", RELEASED, ids=[p.name for p in RELEASED])
 def test_example_revisions_survive_the_upgrade(path: Path) -> None:
     spec, errors = parse_spec(yaml.safe_load(path.read_text())["spec"])
     assert errors == [] and spec is not None
