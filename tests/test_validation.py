@@ -24,6 +24,8 @@ CASES: list[tuple[str, str, dict[str, Any], dict[str, Any]]] = [
      {"resources": {"gpusPerNode": 1}}),
     ("spec.replicas", "at least 0", {"replicas": -1}, {"replicas": 0}),
     ("spec.router.replicas", "at least 1", {"router": {"replicas": 0}}, {"router": {"replicas": 2}}),
+    ("spec.router.policy", "power_of_two", {"router": {"policy": "power_of_two"}},
+     {"router": {"policy": "least_load"}}),
     ("spec.engine.maxRunningRequests", "at least 1", {"engine": {"maxRunningRequests": 0}},
      {"engine": {"maxRunningRequests": 8}}),
     ("spec.engine.contextLength", "at least 1", {"engine": {"contextLength": 0}}, {"engine": {"contextLength": 4096}}),

@@ -145,7 +145,7 @@ def test_slow_replica_uneven_load_and_cold_cache_are_reported_on_their_replica_a
         assert slow_finding["replica"] == "1" and "inter-token latency" in slow_finding["evidence"]
         assert "GPU NVIDIA H200" in slow_finding["evidence"] and slow_finding["node"] in slow_finding["action"]
         assert "round_robin" in found["LoadImbalance"][0]["evidence"]
-        assert "power_of_two" in found["LoadImbalance"][0]["action"]
+        assert "least_load" in found["LoadImbalance"][0]["action"]
         assert cold_finding["replica"] == "2" and "prefix-cache hit rate 0%" in cold_finding["evidence"]
         assert "--disable-radix-cache" in cold_finding["action"]
         wait_for(lambda: {"DiagnosisSlowReplica", "DiagnosisLoadImbalance", "DiagnosisCacheHitSpread"}

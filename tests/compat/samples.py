@@ -114,7 +114,7 @@ MODELS: tuple[dict[str, Any], ...] = (
     {"path": "deepseek-ai/DeepSeek-V3", "servedName": "dsv3", "revision": "main", "trustRemoteCode": True},
 )
 ROUTERS: tuple[dict[str, Any], ...] = (
-    *({"policy": policy} for policy in ("cache_aware", "round_robin", "power_of_two", "random")),
+    *({"policy": policy} for policy in ("cache_aware", "round_robin", "random")),
     {"policy": "consistent_hashing", "stickySessions": {"enabled": True}},
     {"policy": "prefix_hash", "apiKeySecretRef": {"name": "router-key"}},
     {"policy": "least_load"},

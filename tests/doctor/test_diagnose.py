@@ -51,7 +51,7 @@ def test_a_replica_holding_four_times_the_others_load_under_round_robin_is_repor
         ("LoadImbalance", "chat-abc-1-0", "1")
     ]
     assert "4.2 requests running + queued" in found[0].evidence and "round_robin" in found[0].evidence
-    assert "power_of_two" in found[0].action
+    assert "least_load" in found[0].action
 
 
 def test_even_load_and_idle_fleets_report_nothing() -> None:

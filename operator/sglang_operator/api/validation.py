@@ -358,6 +358,14 @@ RULES: tuple[Rule, ...] = (
         holds=lambda s: s.router.metrics_port != s.router.port,
     ),
     Rule(
+        field="spec.router.policy",
+        message="power_of_two cannot start here: smg exits with 'Power-of-two policy requires at least 2 workers' "
+        "when it starts without --worker-urls, and the operator registers every worker after the router is up; use "
+        "least_load (also the less loaded worker, scored by expected wait) or cache_aware.",
+        cel="!self.router.enabled || self.router.policy != 'power_of_two'",
+        holds=lambda s: not s.router.enabled or s.router.policy != "power_of_two",
+    ),
+    Rule(
         field="spec.parallelism.attentionDP",
         message="tp must be divisible by attentionDP: attention DP splits the tp group into equal ranks "
         "(attn_tp = tp / attentionDP); choose a divisor of tp.",

@@ -142,7 +142,7 @@ def _imbalance_action(facts: FleetFacts) -> str:
         action = (
             f"{facts.policy} gives every replica the same share whatever its load, so a replica that serves slower "
             "holds more requests: check this replica's latency (SlowReplica) and health, or route by load with "
-            "router.policy: power_of_two or cache_aware"
+            "router.policy: least_load or cache_aware"
         )
     if facts.sticky_sessions:
         action += "; sticky sessions pin each session to one replica, so a few heavy sessions load one replica"
