@@ -13,17 +13,16 @@ from collections.abc import Mapping
 from typing import Any
 
 import kopf
-from kubernetes import client
 
 from .. import metrics
 from ..api.constants import GROUP, PLURAL, VERSION
 from ..api.validation import parse_spec
-from ..controller.kube import API_TIMEOUT, api_client
+from ..controller.kube import api_client
 from ..controller.state import SECRETS, PodKey, plain
 from ..controller.workqueue import backoff_seconds, run_in_pool
 from .hysteresis import is_empty
 from .model import FINDING_TYPES
-from .run import clear_diagnostics, doctor_once
+from .run import clear_diagnostics, doctor_once, secret_reader
 
 log = logging.getLogger(__name__)
 MAX_INTERVAL_SECONDS = 3600.0
@@ -58,21 +57,11 @@ async def sgld_doctor_loop(
     sgld_pods: Mapping[PodKey, Any] = indexes["sgld_pods"]
     api = api_client()
 
-    core = client.CoreV1Api(api)
+    uncached = secret_reader(api)
 
     def read_secret(ns: str, secret: str) -> Any:
         """Through the reconciler's Secret cache (one GET per Secret per minute at most)."""
-
-        def read() -> Any:
-            try:
-                return dict(api.sanitize_for_serialization(
-                    core.read_namespaced_secret(secret, ns, _request_timeout=API_TIMEOUT)))  # fmt: skip
-            except client.ApiException as e:
-                if e.status == 404:
-                    return None
-                raise
-
-        return SECRETS.get((ns, secret), read)
+        return SECRETS.get((ns, secret), lambda: uncached(ns, secret))
 
     failures = 0
     try:

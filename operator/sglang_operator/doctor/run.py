@@ -84,14 +84,15 @@ def evaluate(
             metrics = read_metrics(prometheus, namespace, name, spec.diagnostics.window_seconds, deadline)
         except Exception as e:  # e.g. a malformed URL
             why = f"cannot use Prometheus at {url[:200]!r}: {type(e).__name__}"
-    reader = read_secret or _secret_reader(api)
+    reader = read_secret or secret_reader(api)
     api_key, key_error = _router_api_key(spec, namespace, reader)
     routers = () if key_error else read_routers(router_pods(pods), spec.router.port, api_key, deadline)
     facts = fleet_facts(body, spec, pods, routers, now)
     return Evaluation(diagnose(metrics, facts, spec.diagnostics, why), metrics)
 
 
-def _secret_reader(api: client.ApiClient) -> SecretReader:
+def secret_reader(api: client.ApiClient) -> SecretReader:
+    """Secrets of a namespace read with the operator's account; None for a missing one."""
     core = client.CoreV1Api(api)
 
     def read(namespace: str, name: str) -> Mapping[str, Any] | None:
