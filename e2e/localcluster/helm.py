@@ -141,6 +141,19 @@ def helm_template(helm: Path, *args: str, release: str = INSTALL_RELEASE, namesp
     return proc.stdout
 
 
+def run_helm(kubeconfig: Path, home: Path, *args: str, timeout: float = 120.0) -> str:
+    """`helm ARGS` against the cluster of `kubeconfig`, with its cache, config and data under `home` (so tests never
+    share or touch the user's); stdout, or an AssertionError with helm's stderr."""
+    env = {
+        **os.environ,
+        "KUBECONFIG": str(kubeconfig),
+        **{f"HELM_{kind}_HOME": str(home / kind.lower()) for kind in ("CACHE", "CONFIG", "DATA")},
+    }
+    proc = subprocess.run([str(ensure_helm()), *args], env=env, capture_output=True, text=True, timeout=timeout)
+    assert proc.returncode == 0, f"helm {' '.join(args)} failed ({proc.returncode}):\n{proc.stderr}"
+    return proc.stdout
+
+
 def install_manifest(helm: Path) -> str:
     """The text of manifests/install.yaml: header, the Namespace, then the chart with its CRD."""
     return f"{MANIFEST_HEADER}---\n{NAMESPACE_DOCUMENT}{helm_template(helm, '--include-crds')}"

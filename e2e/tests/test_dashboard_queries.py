@@ -12,8 +12,6 @@ least one series, and the dashboard's variable queries must offer the fleet.
 from __future__ import annotations
 
 import json
-import os
-import subprocess
 import urllib.parse
 import urllib.request
 import uuid
@@ -29,7 +27,7 @@ from kubernetes.client.rest import ApiException
 from localcluster import prometheus
 from localcluster.cluster import ClusterInfo
 from localcluster.fleet import Fleet, generate, install_crd, simulated_example, steady_load
-from localcluster.helm import CHART_DIR, ensure_helm
+from localcluster.helm import CHART_DIR, run_helm
 from localcluster.procs import wait_for
 from sglang_operator import names
 from sglang_operator.api.constants import GROUP, PLURAL, VERSION
@@ -69,14 +67,7 @@ def label_values(base: str, label: str, match: str) -> list[str]:
 
 
 def helm(cluster: ClusterInfo, home: Path, *args: str) -> str:
-    env = {
-        **os.environ,
-        "KUBECONFIG": str(cluster.kubeconfig),
-        **{f"HELM_{kind}_HOME": str(home / kind.lower()) for kind in ("CACHE", "CONFIG", "DATA")},
-    }
-    proc = subprocess.run([str(ensure_helm()), *args], env=env, capture_output=True, text=True, timeout=HELM_TIMEOUT_S)
-    assert proc.returncode == 0, f"helm {' '.join(args)} failed ({proc.returncode}):\n{proc.stderr}"
-    return proc.stdout
+    return run_helm(cluster.kubeconfig, home, *args, timeout=HELM_TIMEOUT_S)
 
 
 @pytest.fixture

@@ -12,8 +12,6 @@ it never touches what other tests leave behind.
 from __future__ import annotations
 
 import json
-import os
-import subprocess
 import urllib.parse
 import urllib.request
 import uuid
@@ -30,7 +28,7 @@ from prometheus_client.parser import text_string_to_metric_families
 from localcluster import prometheus
 from localcluster.cluster import ClusterInfo
 from localcluster.fleet import Fleet, OperatorProcess, install_crd, simulated_example
-from localcluster.helm import CHART_DIR, ensure_helm
+from localcluster.helm import CHART_DIR, run_helm
 from localcluster.procs import pick_port, wait_for
 
 LEASE = "sglang-operator-leader"
@@ -121,14 +119,7 @@ def test_leader_and_standby_expose_their_metrics(
 
 
 def helm(cluster: ClusterInfo, home: Path, *args: str) -> str:
-    env = {
-        **os.environ,
-        "KUBECONFIG": str(cluster.kubeconfig),
-        **{f"HELM_{kind}_HOME": str(home / kind.lower()) for kind in ("CACHE", "CONFIG", "DATA")},
-    }
-    proc = subprocess.run([str(ensure_helm()), *args], env=env, capture_output=True, text=True, timeout=HELM_TIMEOUT_S)
-    assert proc.returncode == 0, f"helm {' '.join(args)} failed ({proc.returncode}):\n{proc.stderr}"
-    return proc.stdout
+    return run_helm(cluster.kubeconfig, home, *args, timeout=HELM_TIMEOUT_S)
 
 
 def prom_query(base: str, query: str) -> list[dict[str, Any]]:
