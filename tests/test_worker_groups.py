@@ -10,7 +10,7 @@ from sglang_operator.api.groups import FLEET_RULES, GroupRule, group_spec, worke
 from sglang_operator.api.spec import SGLangDeploymentSpec
 from sglang_operator.api.validation import RULES, parse_spec
 from sglang_operator.controller.reconcile import Reconciler
-from sglang_operator.controller.scaletargets import scale_target_counts
+from sglang_operator.controller.scaletargets import STATUS_WRITES_PER_PASS, scale_target_counts
 from sglang_operator.render import Owner, render_all, revision_hash
 from sglang_operator.settings import OperatorSettings
 
@@ -279,3 +279,16 @@ def test_a_scale_target_sizes_its_group_and_reads_back_the_count() -> None:
     writes = len(fake.writes())
     reconciler.reconcile(NS, NAME)
     assert len(fake.writes()) == writes  # nothing changed: no status write
+
+
+def test_many_scale_targets_cost_a_bounded_number_of_writes_per_pass() -> None:
+    reconciler, fake = fleet({**SEED, "router": {"enabled": False}})
+    for i in range(STATUS_WRITES_PER_PASS + 8):
+        fake.put(scale_target(f"t{i:03d}", "a", 1))
+    reconciler.reconcile(NS, NAME)
+    assert len([c for c in fake.calls if c.kind == "SGLangWorkerGroup" and c.verb == "patch_status"]) == (
+        STATUS_WRITES_PER_PASS
+    )
+    reconciler.reconcile(NS, NAME)
+    written = {n for (k, n), obj in fake.objects.items() if k == "SGLangWorkerGroup" and obj.get("status")}
+    assert len(written) == STATUS_WRITES_PER_PASS + 8  # the rest on the next pass

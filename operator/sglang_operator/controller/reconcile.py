@@ -49,7 +49,7 @@ from .loads import fetch_in_flight
 from .observed import ReplicaView, owned_by
 from .planner import Plan, plan_replicas
 from .routers import observe_routers, sync_routers
-from .scaletargets import ScaleTargetVerdict, scale_target_counts, scale_target_status
+from .scaletargets import STATUS_WRITES_PER_PASS, ScaleTargetVerdict, scale_target_counts, scale_target_status
 from .state import KINDS, SECRETS, Expectations, Snapshot, TtlCache
 from .status import (
     PROBLEM_REASONS,
@@ -192,13 +192,16 @@ class Reconciler:
         status: dict[str, Any],
     ) -> None:
         """Each scale target's status: its group's serving replicas and pod selector (what an HPA reads through its
-        /scale) and whether it is in effect; written only when it changed."""
+        /scale) and whether it is in effect; written only when it changed, and at most STATUS_WRITES_PER_PASS per
+        pass (a namespace user may create any number of them; the rest are written by later passes)."""
         serving = {g["name"]: g["replicas"] for g in status.get("groups") or []}
         by_name = {str((t.get("metadata") or {}).get("name")): t for t in targets}
-        for verdict in verdicts:
-            wanted = scale_target_status(verdict, by_name[verdict.name], serving, name)
-            if by_name[verdict.name].get("status") != wanted:
-                self.writer.patch_scale_target_status(namespace, verdict.name, wanted)
+        stale = [(verdict, scale_target_status(verdict, by_name[verdict.name], serving, name)) for verdict in verdicts]
+        stale = [(verdict, wanted) for verdict, wanted in stale if by_name[verdict.name].get("status") != wanted]
+        # The ones in effect first (an HPA reads them), then those never written: none waits behind busy others.
+        stale.sort(key=lambda item: (not item[0].in_effect, bool(by_name[item[0].name].get("status"))))
+        for verdict, wanted in stale[:STATUS_WRITES_PER_PASS]:
+            self.writer.patch_scale_target_status(namespace, verdict.name, wanted)
 
     def _secret_text(self, ref: SecretKeyRef | None, namespace: str, what: str) -> str | None:
         """A key of a Secret of the CR's namespace that the CR names (the router's or the workers' API key). Read

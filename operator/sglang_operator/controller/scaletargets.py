@@ -8,6 +8,9 @@ from ..api.spec import SGLangDeploymentSpec
 from .fleet import autoscaler_owns, status_count
 from .status import worker_selector
 
+STATUS_WRITES_PER_PASS = 32
+"""Scale targets' status patches one pass makes at most: no number of them makes a pass do unbounded work."""
+
 
 @dataclass(frozen=True)
 class ScaleTargetVerdict:
