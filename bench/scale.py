@@ -86,6 +86,7 @@ WATCH_CHUNK_S = 5
 LEASE_WAIT_S = 60.0
 STANDBY_SETTLE_S = 15.0
 REGISTRATION_WAIT_S = 60.0
+SCALE_UP_FLEETS = 20  # fleets scaled 1 -> 2 at once once every fleet is Ready (half real at most)
 HTTP_TIMEOUT_S = 5.0
 CREATE_THREADS = 8
 
@@ -385,19 +386,23 @@ class Recorder:
 
     def routers(self, fleets: frozenset[str]) -> list[tuple[str, str]]:
         """(pod IP, fleet) of the Ready router pods of `fleets`."""
+        return [(ip, fleet) for ip, fleet, _ in self.router_pods(fleets)]
+
+    def router_pods(self, fleets: frozenset[str]) -> list[tuple[str, str, float]]:
+        """(pod IP, fleet, first seen Ready) of the Ready router pods of `fleets`."""
         with self.lock:
             return [
-                (p.ip, p.fleet)
+                (p.ip, p.fleet, p.ready_at)
                 for p in self.pods.values()
                 if p.fleet in fleets and p.component == "router" and p.ip and p.ready_at and not p.deleted
             ]
 
-    def worker_ready(self) -> dict[str, tuple[str, float]]:
-        """url -> (fleet, first seen Ready) of the Ready rank-0 workers."""
+    def worker_ready(self) -> dict[str, tuple[str, float, str]]:
+        """url -> (fleet, first seen Ready, pod UID) of the Ready rank-0 workers."""
         with self.lock:
             return {
-                f"http://{p.ip}:{p.port}": (p.fleet, p.ready_at)
-                for p in self.pods.values()
+                f"http://{p.ip}:{p.port}": (p.fleet, p.ready_at, uid)
+                for uid, p in self.pods.items()
                 if p.component == "worker" and p.rank0 and p.ip and p.ready_at and not p.deleted
             }
 
@@ -446,16 +451,30 @@ def light_registrations(recorder: Recorder, light: frozenset[str]) -> dict[tuple
 
 
 def registration(
-    recorder: Recorder, light: frozenset[str], only: frozenset[str] | None = None
+    recorder: Recorder,
+    light: frozenset[str],
+    only: frozenset[str] | None = None,
+    after_routers: bool = False,
+    pods: frozenset[str] | None = None,
 ) -> tuple[list[float], list[str]]:
-    """Registration latencies (and unlisted URLs) of the Ready workers of every fleet, or of the fleets `only`."""
+    """Registration latencies (and unlisted URLs) of the Ready workers of every fleet, or of the fleets `only`, or
+    of the worker pods (UIDs) `pods`: from each worker's Ready, or (`after_routers`) from the later of its Ready and
+    its fleet's router pods' Ready, which is when the operator can first register it everywhere."""
     listed = {**recorder.registered, **light_registrations(recorder, light)}
-    routers_of: dict[str, list[str]] = {}
-    for ip, fleet in recorder.routers(recorder.real | light):
-        routers_of.setdefault(fleet, []).append(ip)
-    ready = {url: seen for url, seen in recorder.worker_ready().items() if only is None or seen[0] in only}
-    times = {url: [listed.get((ip, url)) for ip in routers_of.get(fleet, [])] for url, (fleet, _) in ready.items()}
-    return registration_latencies({url: t for url, (_, t) in ready.items()}, times)
+    routers_of: dict[str, list[tuple[str, float]]] = {}
+    for ip, fleet, router_ready in recorder.router_pods(recorder.real | light):
+        routers_of.setdefault(fleet, []).append((ip, router_ready))
+    ready = {
+        url: (fleet, at)
+        for url, (fleet, at, uid) in recorder.worker_ready().items()
+        if (only is None or fleet in only) and (pods is None or uid in pods)
+    }
+    times = {url: [listed.get((ip, url)) for ip, _ in routers_of.get(fleet, [])] for url, (fleet, _) in ready.items()}
+    start = {
+        url: max([t, *(r for _, r in routers_of.get(fleet, []))]) if after_routers else t
+        for url, (fleet, t) in ready.items()
+    }
+    return registration_latencies(start, times)
 
 
 def run_one(n: int, args: argparse.Namespace) -> RunResult:
@@ -464,7 +483,8 @@ def run_one(n: int, args: argparse.Namespace) -> RunResult:
     layout = StateLayout(args.state_dir.resolve())
     if layout.root == default_layout().root:
         raise SystemExit("refusing to run on the shared cluster's state dir: pass another --state-dir")
-    nodes = max(math.ceil((n + 1) / args.gpus_per_node), math.ceil((2 * n + 2) / PODS_PER_NODE), 1)
+    more = min(SCALE_UP_FLEETS, n) + 1  # the running-registration step's and the handover's new workers
+    nodes = max(math.ceil((n + more) / args.gpus_per_node), math.ceil((2 * n + more) / PODS_PER_NODE), 1)
     if cluster.current(layout) is not None:
         log(f"stopping the benchmark cluster left at {layout.root}")
         cluster.down(layout)
@@ -542,6 +562,12 @@ def run_one(n: int, args: argparse.Namespace) -> RunResult:
         result.register_p50_s, result.register_p99_s = percentile(latencies, 50), percentile(latencies, 99)
         if missing:
             result.notes.append(f"{len(missing)} Ready workers not listed on every router of their fleet")
+        after_routers = registration(rec, light, after_routers=True)[0]
+        result.register_after_routers_p50_s = percentile(after_routers, 50)
+        result.register_after_routers_p99_s = percentile(after_routers, 99)
+        p50, p99 = result.register_after_routers_p50_s or 0.0, result.register_after_routers_p99_s or 0.0
+        result.notes.append(f"registration from the later of the worker's and its routers' Ready: p50 {p50:.2f} s, "
+                            f"p99 {p99:.2f} s")  # fmt: skip
         for kind, fleets in (("real", real), ("light", light)):
             some = registration(rec, light, only=fleets)[0] if fleets else []
             if some:
@@ -632,6 +658,7 @@ def run_one(n: int, args: argparse.Namespace) -> RunResult:
             if standby_rss is not None:
                 result.notes.append(f"standby peak RSS {standby_rss:.0f} MiB")
 
+        running_registration(result, api, custom, names, real, light)
         if leader and len(operators) > 1:
             handover(result, operators, coordination, core, custom, names, light, args)
     finally:
@@ -666,6 +693,64 @@ def _scrape_optional(url: str | None) -> str | None:
         return None
 
 
+def handover_target(names: Sequence[str], light: frozenset[str]) -> str:
+    """The fleet the handover step scales: the first light one."""
+    return next((name for name in names if name in light), names[0])
+
+
+def running_registration(
+    result: RunResult,
+    api: client.ApiClient,
+    custom: client.CustomObjectsApi,
+    names: Sequence[str],
+    real: frozenset[str],
+    light: frozenset[str],
+) -> None:
+    """Registration in a running cluster, not in its creation burst: with every fleet Ready (and the others
+    resyncing), scale `SCALE_UP_FLEETS` fleets from 1 to 2 at once and time each new worker from its Ready to its
+    URL listed on every router of its fleet."""
+    others = [name for name in names if name != handover_target(names, light)]  # the handover scales that one
+    chosen = [name for name in others if name in real][: SCALE_UP_FLEETS // 2]
+    chosen += [name for name in others if name in light][: SCALE_UP_FLEETS - len(chosen)]
+    if not chosen:
+        return
+    rec = Recorder(api, real).start()
+    try:
+        if not wait_until(lambda: len(rec.pods) >= 2 * len(names), 60):
+            result.notes.append("running registration not measured: the pod watch did not list every pod")
+            return
+        known = frozenset(rec.pods)
+        for name in chosen:
+            custom.patch_namespaced_custom_object_scale(
+                GROUP, VERSION, NAMESPACE, PLURAL, name, {"spec": {"replicas": 2}}
+            )
+
+        def new_workers() -> frozenset[str]:
+            return frozenset(uid for _, _, uid in rec.worker_ready().values() if uid not in known)
+
+        def all_listed() -> bool:
+            fresh = new_workers()
+            return len(fresh) >= len(chosen) and not registration(rec, light, pods=fresh)[1]
+
+        if not wait_until(all_listed, REGISTRATION_WAIT_S):
+            result.notes.append(f"running registration: not every new worker listed within {REGISTRATION_WAIT_S:g} s")
+        latencies = registration(rec, light, pods=new_workers())[0]
+        result.register_running_p50_s, result.register_running_p99_s = (
+            percentile(latencies, 50),
+            percentile(latencies, 99),
+        )
+        for kind, fleets in (("real", real), ("light", light)):
+            some = registration(rec, light, only=fleets & frozenset(chosen), pods=new_workers())[0]
+            if some:
+                result.notes.append(
+                    f"running registration ({len(chosen)} fleets scaled 1 -> 2 at once), {kind} fleets' new workers: "
+                    f"p50 {percentile(some, 50) or 0.0:.2f} s, p99 {percentile(some, 99) or 0.0:.2f} s"
+                )
+        log(f"running registration: {len(latencies)} new workers, p99 {result.register_running_p99_s or 0.0:.2f} s")
+    finally:
+        rec.close()
+
+
 def handover(
     result: RunResult,
     operators: list[Operator],
@@ -683,7 +768,7 @@ def handover(
         result.notes.append(f"handover not measured: the Lease holder is {holder!r}, not operator A")
         return
     time.sleep(STANDBY_SETTLE_S)  # the standby has started and keeps trying the Lease
-    target = next((name for name in names if name in light), names[0])
+    target = handover_target(names, light)
     selector = f"sglang.ai/deployment={target},sglang.ai/component=worker"
     killed = time.time()
     leader_op.process.kill()

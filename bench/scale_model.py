@@ -145,6 +145,10 @@ class RunResult:
     total_ready_s: float | None = None  # first CR created -> last CR Ready
     register_p50_s: float | None = None
     register_p99_s: float | None = None
+    register_after_routers_p50_s: float | None = None  # from the later of the worker's and its routers' Ready
+    register_after_routers_p99_s: float | None = None
+    register_running_p50_s: float | None = None  # new workers of fleets scaled 1 -> 2 once all are Ready
+    register_running_p99_s: float | None = None
     registered: int = 0
     api_requests_per_min: float | None = None  # the operator's requests (its own FlowSchema), all CRs
     api_requests_per_cr_per_min: float | None = None

@@ -1,23 +1,70 @@
-"""The wake-up map holds running loops only; `run` flags reach the operator's settings."""
+"""The wake-up map holds running loops only and carries the priority events ask for; `run` flags reach the
+operator's settings."""
 
-import asyncio
+from typing import Any
 
 from sglang_operator.controller import handlers
 from sglang_operator.controller.runner import operator_environment
+from sglang_operator.controller.state import serving_member
+from sglang_operator.controller.workqueue import Priority
 from sglang_operator.settings import load_settings
 
 
 def test_the_wakeup_map_holds_running_loops_only() -> None:
     handlers._wakeups.clear()
+    handlers._serving.clear()
     handlers._wake("team-a", "gone")  # a pod event of a CR with no loop: adds nothing
-    assert handlers._wakeups == {}
-    event = handlers._register("team-a", "chat")
+    assert handlers._pod_priority("team-a", "gone", "uid-1", serving=True) == Priority.EVENT
+    assert handlers._wakeups == {} and handlers._serving == {}
+    wake = handlers._register("team-a", "chat")
     handlers._wake("team-a", "chat")
-    assert event.is_set()
-    handlers._unregister("team-a", "chat", asyncio.Event())  # someone else's entry: kept
+    assert wake.event.is_set()
+    handlers._unregister("team-a", "chat", handlers.Wakeup())  # someone else's entry: kept
     assert ("team-a", "chat") in handlers._wakeups
-    handlers._unregister("team-a", "chat", event)
-    assert handlers._wakeups == {}
+    handlers._unregister("team-a", "chat", wake)
+    assert handlers._wakeups == {} and handlers._serving == {}
+
+
+def test_a_wakeup_keeps_the_highest_priority_asked_for_until_taken() -> None:
+    wake = handlers.Wakeup()
+    assert wake.take() == Priority.RESYNC and not wake.event.is_set()
+    wake.set(Priority.EVENT)
+    wake.set(Priority.REGISTRATION)
+    wake.set(Priority.EVENT)
+    assert wake.event.is_set() and wake.take() == Priority.REGISTRATION
+    assert not wake.event.is_set() and wake.take() == Priority.RESYNC
+
+
+def _worker(ready: str = "True", **meta: Any) -> dict[str, Any]:
+    return {
+        "metadata": {"labels": {"sglang.ai/component": "worker"}, **meta},
+        "status": {"conditions": [{"type": "Ready", "status": ready}]},
+    }
+
+
+def test_only_a_worker_newly_serving_asks_for_registration_priority() -> None:
+    handlers._wakeups.clear()
+    handlers._serving.clear()
+    wake = handlers._register("team-a", "chat")
+    assert handlers._pod_priority("team-a", "chat", "uid-1", serving=False) == Priority.EVENT  # starting
+    assert handlers._pod_priority("team-a", "chat", "uid-1", serving=True) == Priority.REGISTRATION  # turned Ready
+    assert handlers._pod_priority("team-a", "chat", "uid-1", serving=True) == Priority.EVENT  # a label changed
+    assert handlers._pod_priority("team-a", "chat", "uid-1", serving=False) == Priority.EVENT  # draining
+    assert handlers._pod_priority("team-a", "chat", "uid-1", serving=True) == Priority.REGISTRATION  # back
+    assert handlers._pod_priority("team-a", "chat", None, serving=True) == Priority.EVENT
+    handlers._unregister("team-a", "chat", wake)
+    assert handlers._serving == {}
+
+
+def test_serving_member_is_a_ready_worker_or_router_neither_deleted_nor_draining() -> None:
+    assert serving_member(_worker())
+    assert not serving_member(_worker(ready="False"))
+    assert not serving_member(_worker(deletionTimestamp="2026-12-01T00:00:00Z"))
+    assert not serving_member(_worker(annotations={"sglang.ai/draining-since": "2026-12-01T00:00:00Z"}))
+    router, other = _worker(), _worker()
+    router["metadata"]["labels"] = {"sglang.ai/component": "router"}
+    other["metadata"]["labels"] = {"sglang.ai/component": "something-else"}
+    assert serving_member(router) and not serving_member(other) and not serving_member({})
 
 
 def test_run_flags_become_the_operators_settings() -> None:

@@ -24,7 +24,14 @@ from sglang_operator.controller.state import (
     trim_child,
     unmet,
 )
-from sglang_operator.controller.workqueue import PriorityPool, backoff_seconds, pool_size, resync_seconds, run_in_pool
+from sglang_operator.controller.workqueue import (
+    Priority,
+    PriorityPool,
+    backoff_seconds,
+    pool_size,
+    resync_seconds,
+    run_in_pool,
+)
 from sglang_operator.settings import OperatorSettings
 
 from .fakekube import FakeKube, wire
@@ -262,9 +269,10 @@ def test_every_api_request_is_counted_by_verb_and_code(monkeypatch: pytest.Monke
     assert sample("sglang_operator_kubernetes_requests_total", {"verb": "list", "code": "error"}) == errors + 1
 
 
-def test_urgent_passes_go_before_queued_resyncs() -> None:
-    """One worker, busy; three resyncs queue, then a pass an event asked for: it runs next, then the resyncs in
-    arrival order; a cancelled waiter never runs; an exception reaches its caller."""
+def test_passes_go_by_priority_then_arrival() -> None:
+    """One worker, busy; three resyncs queue, then a pass an event asked for, then one registering a worker that
+    turned Ready: the registration runs next, then the event's, then the resyncs in arrival order; a cancelled
+    waiter never runs; an exception reaches its caller."""
     pool = PriorityPool(1, "test")
     release, order = threading.Event(), []
 
@@ -284,14 +292,18 @@ def test_urgent_passes_go_before_queued_resyncs() -> None:
         resyncs = [asyncio.ensure_future(run_in_pool(functools.partial(record, f"resync-{i}"), pool)) for i in range(3)]
         cancelled = pool.submit(record, "cancelled")
         cancelled.cancel()
-        urgent = asyncio.ensure_future(run_in_pool(functools.partial(record, "event"), pool, urgent=True))
+        event = asyncio.ensure_future(run_in_pool(functools.partial(record, "event"), pool, Priority.EVENT))
+        registration = asyncio.ensure_future(
+            run_in_pool(functools.partial(record, "registration"), pool, Priority.REGISTRATION)
+        )
         await asyncio.sleep(0.05)
         release.set()
         await first
         with pytest.raises(ValueError, match="pass failed"):
-            await run_in_pool(boom, pool, urgent=True)
-        return list(await asyncio.gather(urgent, *resyncs))
+            await run_in_pool(boom, pool, Priority.EVENT)
+        return list(await asyncio.gather(registration, event, *resyncs))
 
-    assert asyncio.run(main()) == ["event", "resync-0", "resync-1", "resync-2"]
-    assert order == ["event", "resync-0", "resync-1", "resync-2"]
+    expected = ["registration", "event", "resync-0", "resync-1", "resync-2"]
+    assert asyncio.run(main()) == expected
+    assert order == expected
     pool.shutdown()

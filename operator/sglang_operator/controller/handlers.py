@@ -8,7 +8,9 @@
 - **One coroutine per CR** (`sgld_reconcile_loop`, async): it holds no thread while it waits. It takes a snapshot
   on the event loop and runs the pass in the shared pool (`workqueue.run_in_pool`), so passes of one CR never
   overlap and all CRs together use at most the pool's threads. A good pass is followed by the next after the resync
-  period, a failed one after an exponential back-off; a pod event or a spec change wakes the loop at once.
+  period, a failed one after an exponential back-off; a pod event or a spec change wakes the loop at once, and the
+  pass goes before others in the pool: first when a worker or router pod has just turned Ready (a registration is
+  due).
 - The daemon gets the CR's body from kopf (a live view kopf keeps current from its watch): no GET of the CR per pass.
 """
 
@@ -35,38 +37,79 @@ from .state import (
     PodKey,
     plain,
     pod_key,
+    serving_member,
     take_snapshot,
     trim_child,
     unmet,
 )
-from .workqueue import backoff_seconds, pool_size, resync_seconds, run_in_pool
+from .workqueue import Priority, backoff_seconds, pool_size, resync_seconds, run_in_pool
 
 log = logging.getLogger(__name__)
+WATCH_SERVER_TIMEOUT_SECONDS = 300
 EXPECTATION_POLL_SECONDS = 1.0
 """While a loop waits for the watch to show its last writes, it looks again this often (a pod event wakes it
 sooner)."""
 
-_wakeups: dict[tuple[str, str], asyncio.Event] = {}
+
+class Wakeup:
+    """A CR loop's wake-up: set by events, with the highest priority asked for since the loop last took it."""
+
+    def __init__(self) -> None:
+        self.event = asyncio.Event()
+        self.priority = Priority.RESYNC
+
+    def set(self, priority: Priority) -> None:
+        self.priority = min(self.priority, priority)
+        self.event.set()
+
+    def take(self) -> Priority:
+        """The priority asked for since the last take (RESYNC if none); clears the wake-up."""
+        priority, self.priority = self.priority, Priority.RESYNC
+        self.event.clear()
+        return priority
 
 
-def _register(namespace: str, name: str) -> asyncio.Event:
-    return _wakeups.setdefault((namespace, name), asyncio.Event())
+_wakeups: dict[tuple[str, str], Wakeup] = {}
+_serving: dict[tuple[str, str], set[str]] = {}
+"""Per running loop, the UIDs of its worker and router pods last seen serving: a pod event that adds one is a pod
+that has just turned Ready."""
 
 
-def _unregister(namespace: str, name: str, event: asyncio.Event) -> None:
-    """The daemon is gone (kopf stops it when the CR is deleted, or the operator stops): its entry goes too, so the
-    map holds running loops only. Only its own entry: a CR deleted and created again under the same name may have
+def _register(namespace: str, name: str) -> Wakeup:
+    _serving.setdefault((namespace, name), set())
+    return _wakeups.setdefault((namespace, name), Wakeup())
+
+
+def _unregister(namespace: str, name: str, wake: Wakeup) -> None:
+    """The daemon is gone (kopf stops it when the CR is deleted, or the operator stops): its entries go too, so the
+    maps hold running loops only. Only its own entry: a CR deleted and created again under the same name may have
     registered a new loop already. (Everything here runs on the event loop: no lock.)"""
-    if _wakeups.get((namespace, name)) is event:
+    if _wakeups.get((namespace, name)) is wake:
         del _wakeups[(namespace, name)]
+        _serving.pop((namespace, name), None)
 
 
-def _wake(namespace: str, name: str) -> None:
+def _wake(namespace: str, name: str, priority: Priority = Priority.EVENT) -> None:
     """Wake the CR's loop if it runs. Events never add entries: a pod of a deleted CR (or any pod carrying the
-    label) must not grow the map."""
-    event = _wakeups.get((namespace, name))
-    if event is not None:
-        event.set()
+    label) must not grow the maps."""
+    wake = _wakeups.get((namespace, name))
+    if wake is not None:
+        wake.set(priority)
+
+
+def _pod_priority(namespace: str, deployment: str, uid: str | None, serving: bool) -> Priority:
+    """REGISTRATION when this event shows a worker or router pod newly serving, else EVENT; remembers what it
+    saw."""
+    seen = _serving.get((namespace, deployment))
+    if seen is None or not uid:
+        return Priority.EVENT
+    if not serving:
+        seen.discard(uid)
+        return Priority.EVENT
+    if uid in seen:
+        return Priority.EVENT
+    seen.add(uid)
+    return Priority.REGISTRATION
 
 
 @kopf.on.startup()
@@ -75,8 +118,11 @@ async def configure(settings: kopf.OperatorSettings, **_: Any) -> None:
     settings.persistence.progress_storage = kopf.AnnotationsProgressStorage(prefix=GROUP)
     settings.persistence.diffbase_storage = kopf.AnnotationsDiffBaseStorage(prefix=GROUP, key="last-handled")
     settings.posting.level = logging.WARNING
-    settings.watching.server_timeout = 60
-    settings.watching.client_timeout = 90
+    # A watch the API server ends after 5 min is reopened by kopf: a few requests a minute for every watched kind,
+    # the operator's whole cost when nothing changes (docs/scale.md; at 60 s it was 21 a minute). The client's
+    # timeout ends a watch the server has silently dropped.
+    settings.watching.server_timeout = WATCH_SERVER_TIMEOUT_SECONDS
+    settings.watching.client_timeout = WATCH_SERVER_TIMEOUT_SECONDS + 30
     settings.networking.request_timeout = 30
     # Every handler here is async; kopf's executor serves only what remains sync (none of ours). Sized anyway, so
     # that nothing sync added later can grow threads with the number of CRs.
@@ -179,11 +225,11 @@ async def sgld_reconcile_loop(
     child_names = [(ref.kind, ref.name) for ref in possible_children(name)]
     wake = _register(namespace, name)
     failures = 0
-    woken = True  # the first pass of a new CR is as urgent as one an event asks for
+    priority = Priority.EVENT  # the first pass of a new CR is as urgent as one an event asks for
     expected = Expectations()
     try:
         while not stopped:
-            wake.clear()
+            priority = min(priority, wake.take())
             snapshot = take_snapshot(body, sgld_pods, children, child_names, indexes["sgld_scale_targets"])
             pending = unmet(expected, snapshot.pods or [])
             if pending and time.monotonic() - expected.since < EXPECTATION_TIMEOUT_SECONDS:
@@ -191,7 +237,7 @@ async def sgld_reconcile_loop(
                 await _sleep_or_wake(wake, EXPECTATION_POLL_SECONDS)
                 continue
             try:
-                result: PassResult = await run_in_pool(functools.partial(reconciler.run, snapshot), urgent=woken)
+                result: PassResult = await run_in_pool(functools.partial(reconciler.run, snapshot), priority=priority)
             except Exception:  # a bug outside the pass's own error handling: the loop must survive
                 log.exception("reconcile of %s/%s failed", namespace, name)
                 result = PassResult(failed=True)
@@ -199,18 +245,18 @@ async def sgld_reconcile_loop(
                 log.info("%s/%s: %s", namespace, name, result.writes)
             expected = result.expected
             failures = failures + 1 if result.failed else 0
-            woken = await _sleep_or_wake(wake, backoff_seconds(failures, resync_seconds()))
+            priority = Priority.RESYNC
+            await _sleep_or_wake(wake, backoff_seconds(failures, resync_seconds()))
     finally:
         _unregister(namespace, name, wake)
         metrics.forget_fleet(namespace, name)
 
 
-async def _sleep_or_wake(wake: asyncio.Event, seconds: float) -> bool:
-    """Wait `seconds`, or less when the loop is woken; True when woken (the next pass is urgent). kopf cancels the
+async def _sleep_or_wake(wake: Wakeup, seconds: float) -> None:
+    """Wait `seconds`, or less when the loop is woken (the wake-up keeps the priority asked for). kopf cancels the
     coroutine to stop it."""
     with contextlib.suppress(TimeoutError):
-        await asyncio.wait_for(wake.wait(), timeout=seconds)
-    return wake.is_set()
+        await asyncio.wait_for(wake.event.wait(), timeout=seconds)
 
 
 @kopf.on.update(GROUP, VERSION, PLURAL, field="spec")
@@ -219,5 +265,13 @@ async def sgld_spec_changed(name: str, namespace: str | None, **_: Any) -> None:
 
 
 @kopf.on.event("", "v1", "pods", labels={LABEL_DEPLOYMENT: kopf.PRESENT})
-async def pod_changed(labels: Mapping[str, str], namespace: str | None, **_: Any) -> None:
-    _wake(namespace or "", labels[LABEL_DEPLOYMENT])
+async def pod_changed(
+    event: Mapping[str, Any],
+    labels: Mapping[str, str],
+    namespace: str | None,
+    uid: str | None,
+    body: kopf.Body,
+    **_: Any,
+) -> None:
+    deployment, serving = labels[LABEL_DEPLOYMENT], event.get("type") != "DELETED" and serving_member(body)
+    _wake(namespace or "", deployment, _pod_priority(namespace or "", deployment, uid, serving))

@@ -27,6 +27,7 @@ import prometheus_client
 
 from .. import metrics
 from . import leader
+from .leasewatch import WatchedLeases, lease_events
 
 log = logging.getLogger(__name__)
 
@@ -200,7 +201,9 @@ def run_operator(
     renewers: list[threading.Thread] = []
     leading = threading.Event()  # set: stop renewing (kopf has stopped)
     if leader_election:
-        leases = leader.LeaseClient(api_client(), leader_election.namespace, leader_election.name)
+        lease_client = leader.LeaseClient(api_client(), leader_election.namespace, leader_election.name)
+        leases = WatchedLeases(lease_client, lease_events(lease_client))  # the standby reads from one watch
+        leases.start()
         elector = leader.LeaderElector(leases, leader_election.identity, leader_election.timing)
         log.info(
             "leader election: %s competes for Lease %s/%s",
@@ -212,9 +215,12 @@ def run_operator(
             return elector.clock() - elector.heartbeat < STANDBY_STALE_SECONDS
 
         with stop_on_signals() as stopping, standby_liveness(liveness, fresh):
-            if not elector.acquire(stopping.wait):
-                log.info("leader election: stopped while standing by")
-                return 0
+            try:
+                if not elector.acquire(stopping.wait):
+                    log.info("leader election: stopped while standing by")
+                    return 0
+            finally:
+                leases.stop()  # the holder only writes (and reads, with a GET, after a conflict)
         metrics.LEADER.set(1)
         renewers = start_leading(elector, leading)
     try:

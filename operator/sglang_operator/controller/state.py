@@ -20,7 +20,14 @@ from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import Any, Final
 
-from ..api.constants import ANNOTATION_SPEC_HASH, LABEL_DEPLOYMENT
+from ..api.constants import (
+    ANNOTATION_DRAINING,
+    ANNOTATION_SPEC_HASH,
+    COMPONENT_ROUTER,
+    COMPONENT_WORKER,
+    LABEL_COMPONENT,
+    LABEL_DEPLOYMENT,
+)
 
 SECRET_TTL_SECONDS: Final = 60.0
 KIND_TTL_SECONDS: Final = 10.0
@@ -55,6 +62,20 @@ def pod_key(namespace: str | None, labels: Mapping[str, str]) -> PodKey | None:
     if not namespace or not isinstance(deployment, str) or not deployment:
         return None
     return (namespace, deployment)
+
+
+def serving_member(pod: Mapping[str, Any]) -> bool:
+    """A worker or router pod that takes part in routing: Ready, not being deleted, not draining. The pod watch uses
+    it to see one turn Ready, which makes a registration due (a worker to add to the routers, or a router to fill),
+    so that pass goes before others (`workqueue.Priority`). Pure."""
+    meta, status = pod.get("metadata") or {}, pod.get("status") or {}
+    component = (meta.get("labels") or {}).get(LABEL_COMPONENT)
+    if component not in (COMPONENT_WORKER, COMPONENT_ROUTER) or meta.get("deletionTimestamp"):
+        return False
+    if ANNOTATION_DRAINING in (meta.get("annotations") or {}):
+        return False
+    conditions = status.get("conditions") or []
+    return any(isinstance(c, dict) and c.get("type") == "Ready" and c.get("status") == "True" for c in conditions)
 
 
 def plain(body: Mapping[str, Any]) -> dict[str, Any]:

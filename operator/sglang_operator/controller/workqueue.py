@@ -7,6 +7,7 @@ wait and for how long are the metrics `sglang_operator_workqueue_depth` and `...
 """
 
 import asyncio
+import enum
 import functools
 import itertools
 import os
@@ -27,6 +28,18 @@ BACKOFF_BASE_SECONDS: Final = 1.0
 BACKOFF_MAX_SECONDS: Final = 60.0
 
 T = TypeVar("T")
+
+
+class Priority(enum.IntEnum):
+    """Which pass goes first when passes wait for a thread (lower first; equal ones in arrival order)."""
+
+    REGISTRATION = 0
+    """A worker or router pod has just turned Ready: until a pass registers the worker (or fills the router), a
+    replica the fleet pays for serves nothing."""
+    EVENT = 1
+    """Something else changed (a spec, a scale target, a pod's other state, a new CR)."""
+    RESYNC = 2
+    """Nothing asked for it: the periodic pass."""
 
 
 def _positive(text: str | None, default: float, low: float, high: float) -> float:
@@ -59,13 +72,13 @@ def backoff_seconds(failures: int, resync: float) -> float:
 
 
 class PriorityPool:
-    """A fixed number of threads taking work urgent first, then in arrival order.
+    """A fixed number of threads taking work by `Priority`, then in arrival order.
 
-    A pass woken by an event (a worker pod turned Ready, a spec or a scale target changed) is urgent; a periodic
-    resync is not. With hundreds of CRs resyncing, a plain FIFO makes a Ready worker wait for its CR's pass behind
-    every resync queued before it (docs/scale.md: the registration time at N = 200 was that wait); here it waits
-    only for the passes running and the urgent ones before it. Resyncs are never starved for long: they only wait
-    while events arrive faster than the pool drains them."""
+    With hundreds of CRs resyncing, a plain FIFO makes a Ready worker wait for its CR's pass behind every resync
+    queued before it (docs/scale.md: the registration time at N = 200 was that wait). In a creation burst every pass
+    is an event's, so events alone do not order it: the passes due to register (a worker or router pod has just
+    turned Ready) go first, then the other events' passes, then resyncs. Lower tiers are never starved for long:
+    they only wait while higher ones arrive faster than the pool drains them."""
 
     def __init__(self, workers: int, name: str) -> None:
         self._queue: queue.PriorityQueue[tuple[int, int, Any]] = queue.PriorityQueue()
@@ -74,14 +87,14 @@ class PriorityPool:
         for thread in self._threads:
             thread.start()
 
-    def submit(self, fn: Callable[..., T], *args: Any, urgent: bool = False) -> Future[T]:
+    def submit(self, fn: Callable[..., T], *args: Any, priority: Priority = Priority.RESYNC) -> Future[T]:
         future: Future[T] = Future()
-        self._queue.put((0 if urgent else 1, next(self._order), (future, functools.partial(fn, *args))))
+        self._queue.put((int(priority), next(self._order), (future, functools.partial(fn, *args))))
         return future
 
     def shutdown(self) -> None:
         for _ in self._threads:
-            self._queue.put((2, next(self._order), None))
+            self._queue.put((len(Priority), next(self._order), None))
         for thread in self._threads:
             thread.join(timeout=10)
 
@@ -122,17 +135,17 @@ def _timed(fn: Callable[[], T], submitted: float) -> T:
 
 
 async def run_in_pool(
-    fn: Callable[[], T], pool: ThreadPoolExecutor | PriorityPool | None = None, urgent: bool = False
+    fn: Callable[[], T], pool: ThreadPoolExecutor | PriorityPool | None = None, priority: Priority = Priority.RESYNC
 ) -> T:
-    """Run `fn` in the shared pool and await it, counting the time it waits for a worker; `urgent` work (a pass an
-    event asked for) goes before periodic work (see `PriorityPool`).
+    """Run `fn` in the shared pool and await it, counting the time it waits for a worker; work of a higher
+    `priority` goes first (see `PriorityPool`).
 
     A cancelled caller (kopf stops the CR's daemon) leaves a started pass to finish in its thread: a pass is
     bounded (every call has a deadline), and stopping it half way would leave nothing better behind."""
     _queued(+1)
     pool = pool or shared_pool()
     if isinstance(pool, PriorityPool):
-        submitted = pool.submit(_timed, fn, time.monotonic(), urgent=urgent)
+        submitted = pool.submit(_timed, fn, time.monotonic(), priority=priority)
     else:
         submitted = pool.submit(_timed, fn, time.monotonic())
     try:
