@@ -5,7 +5,7 @@ from typing import Any
 
 from sglang_operator.controller import handlers
 from sglang_operator.controller.runner import operator_environment
-from sglang_operator.controller.state import serving_member
+from sglang_operator.controller.state import serving_member, spec_unobserved
 from sglang_operator.controller.workqueue import Priority
 from sglang_operator.settings import load_settings
 
@@ -94,3 +94,11 @@ def test_the_autoscaler_interval_never_breaks_its_daemon() -> None:
     assert interval_seconds({"autoscaling": {"intervalSeconds": "abc"}}) == 15.0
     assert interval_seconds({"autoscaling": {"intervalSeconds": 0.001}}) == 1.0
     assert interval_seconds({}) == 15.0
+
+
+def test_a_cr_whose_spec_no_pass_has_seen_goes_first_after_a_start() -> None:
+    """After a restart or a handover every CR's loop starts; those whose spec changed meanwhile (a new CR, a
+    `kubectl scale` while no operator ran) ask for an event's priority, the others only resync."""
+    assert spec_unobserved({"metadata": {"generation": 1}})
+    assert spec_unobserved({"metadata": {"generation": 3}, "status": {"observedGeneration": 2}})
+    assert not spec_unobserved({"metadata": {"generation": 3}, "status": {"observedGeneration": 3}})

@@ -43,7 +43,10 @@ class FakeWatch:
 
 
 def lease(version: int, holder: str) -> dict[str, Any]:
-    return {"metadata": {"resourceVersion": str(version)}, "spec": {"holderIdentity": holder, "leaseDurationSeconds": 10}}
+    return {
+        "metadata": {"resourceVersion": str(version)},
+        "spec": {"holderIdentity": holder, "leaseDurationSeconds": 10},
+    }
 
 
 def wait_until(condition: Any) -> None:

@@ -38,6 +38,7 @@ from .state import (
     plain,
     pod_key,
     serving_member,
+    spec_unobserved,
     take_snapshot,
     trim_child,
     unmet,
@@ -225,7 +226,7 @@ async def sgld_reconcile_loop(
     child_names = [(ref.kind, ref.name) for ref in possible_children(name)]
     wake = _register(namespace, name)
     failures = 0
-    priority = Priority.EVENT  # the first pass of a new CR is as urgent as one an event asks for
+    priority = Priority.EVENT if spec_unobserved(body) else Priority.RESYNC
     expected = Expectations()
     try:
         while not stopped:

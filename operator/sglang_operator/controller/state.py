@@ -64,6 +64,14 @@ def pod_key(namespace: str | None, labels: Mapping[str, str]) -> PodKey | None:
     return (namespace, deployment)
 
 
+def spec_unobserved(body: Mapping[str, Any]) -> bool:
+    """True when no pass has written status for the CR's current spec (a new CR, or a spec or `/scale` change made
+    while no operator ran): its first pass in this process is one an event asked for. The others, after a restart
+    or a leader handover, only resync, so the changed ones go first. Pure."""
+    generation = (body.get("metadata") or {}).get("generation")
+    return (body.get("status") or {}).get("observedGeneration") != generation
+
+
 def serving_member(pod: Mapping[str, Any]) -> bool:
     """A worker or router pod that takes part in routing: Ready, not being deleted, not draining. The pod watch uses
     it to see one turn Ready, which makes a registration due (a worker to add to the routers, or a router to fill),
