@@ -34,7 +34,7 @@ MISS_TARGETS = (1.0, 0.1)  # percent: the frontier's two SLO targets
 BISECT_STEPS = 3
 LOWER_BOUND_BINS_S = (1.0, 5.0, 10.0, 20.0)  # the greedy zero-miss plan's resolutions tried for the lower bound
 FRONTIER_POLICIES = ("sglang-operator", "hpa", "keda", "static")
-OUR_KNOB = "targets.burstHeadroom"  # the policy's knob on the frontier: it scales the peak and the burst envelope
+OUR_KNOB = "targets.headroom"  # ours' knob on the frontier (why this one: docs/autoscaling-experiments.md)
 STATIC_ABOVE_PEAK = 2  # --frontier's static fleets go from 1 to the oracle's peak plus this
 HISTORY_RATE_S = 60.0  # the pre-trace history runs at the trace's mean rate over its first minute
 
