@@ -21,6 +21,12 @@ operator renders `--load-monitor-interval`; it becomes that x time-scale, but sm
 at the default 0.5 the operator's 1 s poll stays 1 s, i.e. a 2 s poll at full scale). Latencies are reported in
 simulated seconds. Bounded: a time limit and a request budget
 per level, a timeout on every wait and request; every process started here is stopped, by its own handle.
+
+--sample-loads adds, per level after the warm-up, what takes a share off capacity: the fraction of 20 Hz samples in
+which a replica had a free slot while another had a waiting request (each replica's `/v1/loads`), and the mean number
+of workers smg had flagged overloaded (`smg_workers_overloaded`, left out of routing until the next load poll). The
+local cluster's share measure (e2e/tests/test_worker_groups.py) is `--levels 1.2 --output-tokens 80 --decode-tps 40
+--time-scale 1 --prompt-tokens 18 --kv-fill 0.002` (docs/worker-groups-routing.md, "On the local cluster").
 """
 
 from __future__ import annotations
@@ -30,9 +36,11 @@ import asyncio
 import json
 import math
 import random
+import re
 import statistics
 import sys
 import tempfile
+import threading
 import time
 import urllib.request
 from collections.abc import Sequence
@@ -94,6 +102,10 @@ VARIANTS: dict[str, Variant] = {
     ),
     "least_load_overload1": Variant(("--policy", "least_load", "--worker-overload-waiting-requests", "1")),
     "cache_aware_overload1": Variant(("--policy", "cache_aware", "--worker-overload-waiting-requests", "1")),
+    "cache_aware_overload_off": Variant(
+        ("--policy", "cache_aware", "--disable-worker-overload-protection"),
+        note="no overload veto: a worker is never left out for its last report's queue",
+    ),
 }
 DEFAULT_VARIANTS = tuple(VARIANTS)
 
@@ -113,6 +125,7 @@ class Setup:
     kv_fill: float  # token usage of a replica with every slot running a mean request
     seed: int
     rendered_monitor_interval: int  # the operator's `--load-monitor-interval` (smg's default: 10)
+    sample_loads: bool = False  # sample every replica's /v1/loads and smg's overload gauge at 20 Hz
 
     def slots(self, replica: Replica) -> int:
         return self.slots_per_gpu * replica.tp
@@ -162,6 +175,11 @@ class LevelResult:
     failed: int
     latency_p50_s: float | None  # simulated seconds
     latency_p99_s: float | None
+    # With --sample-loads (after the warm-up): per replica, the fraction of samples in which it had a free slot while
+    # another replica had a waiting request (capacity idle beside a queue: what takes a share off capacity), and the
+    # mean number of workers smg had flagged overloaded (left out of routing until the next load poll).
+    free_beside_queue: list[float] | None = None
+    mean_overloaded: float | None = None
 
 
 @dataclass
@@ -273,17 +291,74 @@ def _percentile(xs: Sequence[float], q: float) -> float | None:
     return ordered[min(len(ordered) - 1, math.ceil(q * len(ordered)) - 1)]
 
 
-def run_level(router: str, workers: Sequence[str], setup: Setup, level: float, seed: int) -> LevelResult:
+class LoadSampler:
+    """Samples each replica's running and waiting requests (`/v1/loads`) and smg's `smg_workers_overloaded` gauge
+    every `interval` seconds on a thread of its own, from `start()` to `stop()`."""
+
+    def __init__(self, workers: Sequence[str], slots: Sequence[int], metrics_url: str, interval: float = 0.05) -> None:
+        self.workers, self.slots, self.metrics_url, self.interval = list(workers), list(slots), metrics_url, interval
+        self.rows: list[list[tuple[int, int]]] = []
+        self.overloaded: list[float] = []
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._run, daemon=True)
+
+    def _run(self) -> None:
+        while not self._stop.is_set():
+            row = []
+            for w in self.workers:
+                status, text = http_get(f"{w}/v1/loads?include=core", timeout=1)
+                if status != 200:
+                    break
+                load = json.loads(text)["loads"][0]
+                row.append((int(load["num_running_reqs"]), int(load["num_waiting_reqs"])))
+            if len(row) == len(self.workers):
+                self.rows.append(row)
+            status, text = http_get(self.metrics_url, timeout=1)
+            gauges = re.findall(r"^smg_workers_overloaded(?:\{[^}]*\})? (\S+)$", text, re.M) if status == 200 else []
+            self.overloaded.append(sum(float(g) for g in gauges))
+            self._stop.wait(self.interval)
+
+    def start(self) -> None:
+        self._thread.start()
+
+    def stop(self) -> None:
+        self._stop.set()
+        self._thread.join(timeout=10)
+
+    def free_beside_queue(self) -> list[float]:
+        n = max(1, len(self.rows))
+        out = []
+        for i, slots in enumerate(self.slots):
+            hits = sum(
+                1 for row in self.rows if row[i][0] < slots and any(w > 0 for j, (_, w) in enumerate(row) if j != i)
+            )
+            out.append(round(hits / n, 3))
+        return out
+
+    def mean_overloaded(self) -> float:
+        return round(sum(self.overloaded) / max(1, len(self.overloaded)), 2)
+
+
+def run_level(
+    router: str, workers: Sequence[str], setup: Setup, level: float, seed: int, metrics_url: str = ""
+) -> LevelResult:
     clients = max(1, round(level * setup.total_slots))
     marks: list[list[int]] = []
+    sampler = LoadSampler(workers, [setup.slots(r) for r in setup.fleet], metrics_url) if setup.sample_loads else None
 
     async def both() -> tuple[list[float], int]:
         task = asyncio.create_task(drive(router, setup, clients, seed))
         await asyncio.sleep(setup.warmup)
         marks.append([served(w) for w in workers])  # blocking but short: 3 local GETs
+        if sampler is not None:
+            sampler.start()
         return await task
 
-    latencies, failed = asyncio.run(both())
+    try:
+        latencies, failed = asyncio.run(both())
+    finally:
+        if sampler is not None:
+            sampler.stop()
     after = [served(w) for w in workers]
     counts = [a - b for a, b in zip(after, marks[0], strict=True)]
     observed = shares(counts)
@@ -296,6 +371,8 @@ def run_level(router: str, workers: Sequence[str], setup: Setup, level: float, s
         failed=failed,
         latency_p50_s=None if not latencies else round(statistics.median(latencies), 3),
         latency_p99_s=None if not latencies else round(_percentile(latencies, 0.99) or 0.0, 3),
+        free_beside_queue=None if sampler is None else sampler.free_beside_queue(),
+        mean_overloaded=None if sampler is None else sampler.mean_overloaded(),
     )
 
 
@@ -327,9 +404,16 @@ def run_variant(name: str, setup: Setup, logdir: Path) -> VariantResult:
         for i, level in enumerate(setup.levels):
             if i:
                 time.sleep(setup.monitor_interval + 0.5)  # the fleet idles; the load monitor sees it
-            result.levels.append(run_level(router, workers, setup, level, setup.seed + i))
+            result.levels.append(
+                run_level(router, workers, setup, level, setup.seed + i, f"http://127.0.0.1:{metrics_port}/metrics")
+            )
             lv = result.levels[-1]
-            print(f"[group-routing] {name} {level:.0%}: shares {lv.shares} max dev {lv.max_deviation:.2f}",
+            sampled = (
+                ""
+                if lv.mean_overloaded is None
+                else (f"; free slot beside a queue {lv.free_beside_queue}, workers overloaded {lv.mean_overloaded}")
+            )
+            print(f"[group-routing] {name} {level:.0%}: shares {lv.shares} max dev {lv.max_deviation:.2f}{sampled}",
                   file=sys.stderr, flush=True)  # fmt: skip
     return result
 
@@ -338,11 +422,14 @@ def run_variant(name: str, setup: Setup, logdir: Path) -> VariantResult:
 def render_table(results: Sequence[VariantResult], setup: Setup) -> str:
     names = [f"{r.group}{i}:tp{r.tp}" for i, r in enumerate(setup.fleet)]
     cap = " / ".join(f"{s:.3f}" for s in setup.capacity_shares())
+    sampled = setup.sample_loads
+    extra_head = " free slot beside a queue | workers overloaded |" if sampled else ""
     lines = [
         f"capacity shares ({', '.join(names)}): {cap}; bound: max deviation <= 0.20",
         "",
-        "| variant | load | clients | requests | shares | max deviation | within 20 % | latency p50 / p99 s | failed |",
-        "|---|---|---|---|---|---|---|---|---|",
+        "| variant | load | clients | requests | shares | max deviation | within 20 % | latency p50 / p99 s | failed |"
+        + extra_head,
+        "|---|---|---|---|---|---|---|---|---|" + ("---|---|" if sampled else ""),
     ]
     for v in results:
         if v.error is not None:
@@ -350,9 +437,13 @@ def render_table(results: Sequence[VariantResult], setup: Setup) -> str:
         for lv in v.levels:
             shares_txt = " / ".join(f"{s:.3f}" for s in lv.shares)
             lat = "-" if lv.latency_p50_s is None else f"{lv.latency_p50_s:.2f} / {lv.latency_p99_s:.2f}"
+            extra = ""
+            if sampled:
+                free = "-" if lv.free_beside_queue is None else " / ".join(f"{f:.2f}" for f in lv.free_beside_queue)
+                extra = f" {free} | {'-' if lv.mean_overloaded is None else f'{lv.mean_overloaded:.2f}'} |"
             lines.append(
                 f"| {v.variant} | {lv.level:.0%} | {lv.clients} | {sum(lv.counts)} | {shares_txt} | "
-                f"{lv.max_deviation:.2f} | {'yes' if lv.max_deviation <= 0.2 else 'no'} | {lat} | {lv.failed} |"
+                f"{lv.max_deviation:.2f} | {'yes' if lv.max_deviation <= 0.2 else 'no'} | {lat} | {lv.failed} |" + extra
             )
     return "\n".join(lines)
 
@@ -388,6 +479,11 @@ def main(argv: Sequence[str] | None = None) -> int:
     p.add_argument("--time-scale", type=float, default=0.5, help="wall seconds per simulated second (default 0.5)")
     p.add_argument("--kv-fill", type=float, default=0.6, help="token usage of a full replica (default 0.6)")
     p.add_argument("--seed", type=int, default=1)
+    p.add_argument(
+        "--sample-loads",
+        action="store_true",
+        help="sample each replica's /v1/loads and smg's overloaded-workers gauge at 20 Hz (adds columns)",
+    )
     p.add_argument("--json", action="store_true", help="print JSON instead of the table")
     args = p.parse_args(argv)
 
@@ -409,6 +505,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         kv_fill=args.kv_fill,
         seed=args.seed,
         rendered_monitor_interval=rendered_monitor_interval(),
+        sample_loads=args.sample_loads,
     )
     warmup = args.warmup if args.warmup >= 0 else min(2.0 * setup.monitor_interval, args.seconds / 4)
     setup = Setup(**{**asdict(setup), "fleet": setup.fleet, "warmup": warmup})
