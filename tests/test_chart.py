@@ -55,8 +55,11 @@ CLUSTER_PERMISSIONS: dict[tuple[str, str], set[str]] = {
 }
 # kopf follows the namespaces it watches when it does not watch the whole cluster.
 NAMESPACE_WATCH: dict[tuple[str, str], set[str]] = {("", "namespaces"): {"list", "watch"}}
-# controller/leader.py: read the Lease, create it once, replace it with the resourceVersion read.
-LEASE_PERMISSIONS: dict[tuple[str, str], set[str]] = {("coordination.k8s.io", "leases"): {"get", "create", "update"}}
+# controller/leader.py: read the Lease, create it once, replace it with the resourceVersion read; a standby watches it
+# (controller/leasewatch.py).
+LEASE_PERMISSIONS: dict[tuple[str, str], set[str]] = {
+    ("coordination.k8s.io", "leases"): {"get", "list", "watch", "create", "update"}
+}
 # Objects of CRDs that kubernetes-validate has no schema for.
 NOT_BUILT_IN = ("monitoring.coreos.com/",)
 

@@ -6,6 +6,8 @@ import threading
 from collections.abc import Iterator, Mapping
 from typing import Any
 
+from kubernetes.client.exceptions import ApiException
+
 from sglang_operator.controller.leader import LeaderElector, Timing
 from sglang_operator.controller.leasewatch import WatchedLeases
 
@@ -139,3 +141,22 @@ def test_the_standby_takes_over_through_the_watch_as_it_did_reading() -> None:
     assert leases.gets == 1
     leases.stop()
     watch.feed.put(END)
+
+
+class ForbiddenWatch(FakeWatch):
+    def __call__(self, resource_version: str | None) -> Iterator[tuple[str, Mapping[str, Any]]]:
+        self.opened.append(resource_version)
+        raise ApiException(status=403, reason="Forbidden")
+
+
+def test_without_the_right_to_watch_the_standby_reads_as_before_and_stops_trying() -> None:
+    """A Role without list/watch on Leases (an older chart): one refused watch, then GETs, no watch per retry."""
+    store, watch = FakeLeases(), ForbiddenWatch()
+    store.create({"holderIdentity": "a", "leaseDurationSeconds": 10})
+    leases = started(store, watch)
+    assert leases._thread is not None
+    leases._thread.join(timeout=5)
+    assert not leases._thread.is_alive() and watch.opened == ["1"]
+    gets = leases.gets
+    record = leases.read()
+    assert record is not None and record.resource_version == "1" and leases.gets == gets + 1

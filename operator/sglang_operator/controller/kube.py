@@ -6,6 +6,7 @@ timeout counts as code `error`). kopf's own watches use kopf's client and are no
 """
 
 import functools
+import re
 from typing import Any, Final
 
 from kubernetes import client, config
@@ -21,9 +22,12 @@ FIELD_MANAGER: Final = "sglang-operator"
 
 
 def request_verb(method: str, url: str) -> str:
-    """The Kubernetes verb of a request, as the API server's own metrics name it: GET of a collection is `list`,
+    """The Kubernetes verb of a request, as the API server's own metrics name it: a GET with `watch=true` is `watch`,
+    GET of a collection is `list`,
     PATCH with an apply body is `apply` (told apart by the caller), the rest is the method. Pure."""
     method = method.upper()
+    if method == "GET" and re.search(r"[?&]watch=(true|1)(&|$)", url, re.IGNORECASE):
+        return "watch"
     if method == "GET":
         path = url.split("?", 1)[0].rstrip("/")
         # /api/v1/namespaces/ns/pods (a collection) vs /api/v1/namespaces/ns/pods/name (an object)

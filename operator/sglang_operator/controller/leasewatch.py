@@ -20,6 +20,7 @@ import threading
 from collections.abc import Callable, Iterable, Iterator, Mapping
 from typing import Any, Final
 
+from kubernetes.client.exceptions import ApiException
 from kubernetes.watch.watch import iter_resp_lines
 
 from .leader import TRANSIENT_ERRORS, LeaseClient, LeaseRecord, Leases, record_from_lease
@@ -116,6 +117,13 @@ class WatchedLeases:
                 self._follow(current.resource_version if current is not None else None)
                 self._invalidate()  # the watch ended (its timeout): open the next one from a fresh GET
                 continue
+            except ApiException as exc:
+                if exc.status in (401, 403):  # no right to list/watch Leases: read with GETs, as before, for good
+                    log.warning("leader election: cannot watch the Lease (HTTP %s); reading it every retry period",
+                                exc.status)  # fmt: skip
+                    self._invalidate()
+                    return
+                log.info("leader election: the Lease watch failed (%s); reading it directly meanwhile", exc)
             except TRANSIENT_ERRORS as exc:
                 log.info("leader election: the Lease watch failed (%s); reading it directly meanwhile", exc)
             except (ValueError, KeyError, TypeError) as exc:  # an event not shaped like a Lease
