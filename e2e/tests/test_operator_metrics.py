@@ -177,5 +177,11 @@ def test_the_local_prometheus_scrapes_both_chart_replicas(
     leading_pod = next(r["metric"]["pod"] for r in result if float(r["value"][1]) == 1.0)
     assert lease_holder(api_client, operator_namespace, f"{name}-sglang-operator-leader").startswith(f"{leading_pod}_")
     requests_query = f'sum by (verb) (sglang_operator_kubernetes_requests_total{{namespace="{operator_namespace}"}})'
-    verbs = {r["metric"]["verb"] for r in prom_query(prom, requests_query)}
-    assert {"get", "update"} <= verbs, verbs
+
+    def verbs() -> set[str]:
+        return {r["metric"]["verb"] for r in prom_query(prom, requests_query)}
+
+    # The leader's first renewal comes 2 s after it took the Lease: the scrape that first showed both pods may
+    # predate it.
+    wait_for(lambda: {"get", "update"} <= verbs(), SCRAPE_TIMEOUT_S, "the Lease's reads and renewals in Prometheus",
+             interval=2.0, on_timeout=lambda: f"; verbs={verbs()}")  # fmt: skip

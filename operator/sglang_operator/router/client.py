@@ -11,7 +11,7 @@ Error messages name the method, the path and the HTTP status, never the router's
 
 import json
 from dataclasses import dataclass
-from typing import Any, Final
+from typing import Any
 from urllib.parse import quote
 
 import requests
@@ -34,10 +34,6 @@ class RouterWorker:
     url: str
     status: str
     healthy: bool
-
-
-WORKER_RUNTIME: Final = "sglang"
-"""Every worker the operator registers is an SGLang server (smg's `runtime_type`)."""
 
 
 def parse_workers(payload: Any) -> list[RouterWorker]:
@@ -99,12 +95,8 @@ class RouterClient:
             raise RouterError(f"GET {self.base_url}/workers: HTTP 200 with an unexpected answer ({why})") from exc
 
     def add_worker(self, url: str, worker_api_key: str | None = None) -> None:
-        """Register `url`; with the workers' API key, which the router then sends to that worker.
-
-        `runtime` says what smg would otherwise find out by probing: it skips its classification step, one
-        `GET /health`, which SGLang answers only after a one-token generation (about 1 s). That halves the time from
-        this call to the worker being routable (docs/registration.md)."""
-        body = {"url": url, "runtime": WORKER_RUNTIME, **({"api_key": worker_api_key} if worker_api_key else {})}
+        """Register `url`; with the workers' API key, which the router then sends to that worker."""
+        body = {"url": url, **({"api_key": worker_api_key} if worker_api_key else {})}
         response = self._call("POST", "/workers", json=body)
         if response.status_code not in (200, 201, 202, 409):  # 409: already there, which is what we want
             raise RouterError(f"POST {self.base_url}/workers {url}: HTTP {response.status_code}")
