@@ -95,8 +95,15 @@ class RouterClient:
             raise RouterError(f"GET {self.base_url}/workers: HTTP 200 with an unexpected answer ({why})") from exc
 
     def add_worker(self, url: str, worker_api_key: str | None = None) -> None:
-        """Register `url`; with the workers' API key, which the router then sends to that worker."""
-        body = {"url": url, **({"api_key": worker_api_key} if worker_api_key else {})}
+        """Register `url`; with the workers' API key, which the router then sends to that worker.
+
+        `drain_settle_secs: 0`: the operator drains a replica itself (off every router first, then until its
+        `/v1/loads` show nothing in flight), so smg's own settle step (5 s, listing the removed worker as `draining`)
+        only adds a window in which smg 1.13.0 answers 503: while a removed worker is still listed, its overload
+        fallback does not apply, and a burst that vetoes every other worker finds "no available workers"."""
+        body: dict[str, Any] = {"url": url, "health": {"drain_settle_secs": 0}}
+        if worker_api_key:
+            body["api_key"] = worker_api_key
         response = self._call("POST", "/workers", json=body)
         if response.status_code not in (200, 201, 202, 409):  # 409: already there, which is what we want
             raise RouterError(f"POST {self.base_url}/workers {url}: HTTP {response.status_code}")
