@@ -37,7 +37,7 @@ def test_a_wakeup_keeps_the_highest_priority_asked_for_until_taken() -> None:
 
 def _worker(ready: str = "True", **meta: Any) -> dict[str, Any]:
     return {
-        "metadata": {"labels": {"sglang.ai/component": "worker"}, **meta},
+        "metadata": {"name": "chat-0-0", "labels": {"sglang.ai/component": "worker"}, **meta},
         "status": {"conditions": [{"type": "Ready", "status": ready}]},
     }
 

@@ -22,9 +22,9 @@ FIELD_MANAGER: Final = "sglang-operator"
 
 
 def request_verb(method: str, url: str) -> str:
-    """The Kubernetes verb of a request, as the API server's own metrics name it: a GET with `watch=true` is `watch`,
-    GET of a collection is `list`,
-    PATCH with an apply body is `apply` (told apart by the caller), the rest is the method. Pure."""
+    """The Kubernetes verb of a request, as the API server's own metrics name it: a GET with `watch=true` is
+    `watch`, GET of a collection is `list`, PATCH with an apply body is `apply` (told apart by the caller), the rest
+    is the method. Pure."""
     method = method.upper()
     if method == "GET" and re.search(r"[?&]watch=(true|1)(&|$)", url, re.IGNORECASE):
         return "watch"

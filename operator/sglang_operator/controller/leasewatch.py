@@ -70,7 +70,7 @@ class WatchedLeases:
         self._record: LeaseRecord | None = None
         self._stopping = threading.Event()
         self._thread: threading.Thread | None = None
-        self.gets = 0  # reads that went to the API server (tests and the bench count them)
+        self.gets = 0  # reads that went to the API server (the tests count them)
 
     def start(self) -> None:
         self._thread = threading.Thread(target=self._watch, name="lease-watch", daemon=True)

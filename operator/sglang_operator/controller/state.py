@@ -21,13 +21,13 @@ from dataclasses import dataclass, field
 from typing import Any, Final
 
 from ..api.constants import (
-    ANNOTATION_DRAINING,
     ANNOTATION_SPEC_HASH,
     COMPONENT_ROUTER,
     COMPONENT_WORKER,
     LABEL_COMPONENT,
     LABEL_DEPLOYMENT,
 )
+from .observed import pod_view
 
 SECRET_TTL_SECONDS: Final = 60.0
 KIND_TTL_SECONDS: Final = 10.0
@@ -72,18 +72,19 @@ def spec_unobserved(body: Mapping[str, Any]) -> bool:
     return (body.get("status") or {}).get("observedGeneration") != generation
 
 
+SERVING_COMPONENTS: Final = (COMPONENT_WORKER, COMPONENT_ROUTER)
+
+
 def serving_member(pod: Mapping[str, Any]) -> bool:
-    """A worker or router pod that takes part in routing: Ready, not being deleted, not draining. The pod watch uses
-    it to see one turn Ready, which makes a registration due (a worker to add to the routers, or a router to fill),
-    so that pass goes before others (`workqueue.Priority`). Pure."""
-    meta, status = pod.get("metadata") or {}, pod.get("status") or {}
-    component = (meta.get("labels") or {}).get(LABEL_COMPONENT)
-    if component not in (COMPONENT_WORKER, COMPONENT_ROUTER) or meta.get("deletionTimestamp"):
+    """A worker or router pod that takes part in routing: Ready, not being deleted, not draining, as the reconciler
+    reads a pod (`observed.pod_view`). The pod watch uses it to see one turn Ready, which makes a registration due
+    (a worker to add to the routers, or a router to fill), so that pass goes before others (`workqueue.Priority`).
+    Pure."""
+    meta = pod.get("metadata")
+    if not isinstance(meta, Mapping) or (meta.get("labels") or {}).get(LABEL_COMPONENT) not in SERVING_COMPONENTS:
         return False
-    if ANNOTATION_DRAINING in (meta.get("annotations") or {}):
-        return False
-    conditions = status.get("conditions") or []
-    return any(isinstance(c, dict) and c.get("type") == "Ready" and c.get("status") == "True" for c in conditions)
+    view = pod_view(dict(pod))
+    return view is not None and view.ready and not view.deleting and view.draining_since is None
 
 
 def plain(body: Mapping[str, Any]) -> dict[str, Any]:
