@@ -36,9 +36,8 @@ def worker(name: str, replica: int, ip: str = "10.0.0.1", **status: Any) -> dict
 def test_promql_groups_by_pod_over_the_window_for_this_deployments_workers() -> None:
     queries = promql("team-a", "chat", 300)
     assert queries["load"] == (
-        'sum by (pod) (avg_over_time(sglang:num_running_reqs{namespace="team-a",sglang_deployment="chat",'
-        'sglang_component="worker"}[300s])) + sum by (pod) (avg_over_time(sglang:num_queue_reqs{namespace="team-a",'
-        'sglang_deployment="chat",sglang_component="worker"}[300s]))'
+        'sum by (pod) (rate(sglang:e2e_request_latency_seconds_sum{namespace="team-a",sglang_deployment="chat",'
+        'sglang_component="worker"}[300s]))'
     )
     assert "inter_token_latency_seconds_sum" in queries["itl"] and "[300s]" in queries["itl"]
     assert queries["gpu_model"] == 'count by (pod, modelName) (DCGM_FI_DEV_GPU_UTIL{namespace="team-a"})'
@@ -50,7 +49,7 @@ def test_read_metrics_maps_each_signal_per_pod_and_reports_what_failed(
     gpu = 200, {"status": "success", "data": {"resultType": "vector", "result": [
         {"metric": {"pod": "chat-a-0-0", "modelName": "NVIDIA H200"}, "value": [1.0, "8"]}]}}  # fmt: skip
     fake = prometheus({
-        "num_running_reqs": by_pod(chat_a_0_0=1.5, chat_a_1_0=4.0),
+        "e2e_request_latency": by_pod(chat_a_0_0=1.5, chat_a_1_0=4.0),
         "num_requests_total": by_pod(chat_a_0_0=120, chat_a_1_0="NaN"),
         "time_to_first_token": (500, {"status": "error", "error": "boom"}),
         "inter_token_latency": (200, {"status": "success", "data": {"resultType": "vector", "result": [{"x": 1}]}}),

@@ -50,8 +50,11 @@ def promql(namespace: str, name: str, window: int, labels: Queries | None = None
         return f"{total} / sum by ({pod}) (rate({metric}_count{{{workers}}}[{w}]))"
 
     return {
-        "load": f"sum by ({pod}) (avg_over_time(sglang:num_running_reqs{{{workers}}}[{w}]))"
-        f" + sum by ({pod}) (avg_over_time(sglang:num_queue_reqs{{{workers}}}[{w}]))",
+        # Little's law: seconds of request per second is the mean number in the replica (running + queued) over
+        # the whole window. Averaging the num_running_reqs gauge instead reads it at ~6 scrape instants per 30 s,
+        # and on a healthy round-robin fleet at 0.6 requests per replica one replica read 2x the others' median in
+        # 6 of 36 evaluations (a false LoadImbalance); this read 0.61-0.62 on every replica in all 36.
+        "load": f"sum by ({pod}) (rate(sglang:e2e_request_latency_seconds_sum{{{workers}}}[{w}]))",
         "requests": f"sum by ({pod}) (increase(sglang:num_requests_total{{{workers}}}[{w}]))",
         "ttft": mean_of("sglang:time_to_first_token_seconds"),
         "itl": mean_of("sglang:inter_token_latency_seconds"),
