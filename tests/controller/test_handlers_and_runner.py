@@ -1,12 +1,18 @@
 """The wake-up map holds running loops only and carries the priority events ask for; `run` flags reach the
 operator's settings."""
 
+import asyncio
+import threading
+from collections.abc import Callable
 from typing import Any
 
+import pytest
+
 from sglang_operator.controller import handlers
+from sglang_operator.controller.reconcile import PassResult
 from sglang_operator.controller.runner import operator_environment
 from sglang_operator.controller.state import serving_member, spec_unobserved
-from sglang_operator.controller.workqueue import Priority
+from sglang_operator.controller.workqueue import Priority, PriorityPool, run_in_pool
 from sglang_operator.settings import load_settings
 
 
@@ -31,8 +37,11 @@ def test_a_wakeup_keeps_the_highest_priority_asked_for_until_taken() -> None:
     wake.set(Priority.EVENT)
     wake.set(Priority.REGISTRATION)
     wake.set(Priority.EVENT)
+    assert wake.registration.is_set()
     assert wake.event.is_set() and wake.take() == Priority.REGISTRATION
-    assert not wake.event.is_set() and wake.take() == Priority.RESYNC
+    assert not wake.event.is_set() and not wake.registration.is_set() and wake.take() == Priority.RESYNC
+    wake.set(Priority.EVENT)  # only a registration takes back a queued pass
+    assert wake.event.is_set() and not wake.registration.is_set()
 
 
 def _worker(ready: str = "True", **meta: Any) -> dict[str, Any]:
@@ -102,3 +111,72 @@ def test_a_cr_whose_spec_no_pass_has_seen_goes_first_after_a_start() -> None:
     assert spec_unobserved({"metadata": {"generation": 1}})
     assert spec_unobserved({"metadata": {"generation": 3}, "status": {"observedGeneration": 2}})
     assert not spec_unobserved({"metadata": {"generation": 3}, "status": {"observedGeneration": 3}})
+
+
+def test_a_pod_turning_ready_takes_back_the_loops_queued_pass_and_it_runs_on_a_fresh_snapshot(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """The pool's one thread is busy; a new CR's loop queues an event's pass; a worker of that CR turns Ready (a
+    registration): the queued pass never runs, the loop's next pass runs with registration's priority and sees the
+    pod. Without the take-back, the stale pass (no pod) would run first."""
+    pool = PriorityPool(1, "test")
+    release, runs = threading.Event(), []
+    body = {"metadata": {"name": "chat", "namespace": "team-a", "generation": 1, "uid": "u"}, "spec": {}}
+    pods: dict[Any, list[dict[str, Any]]] = {}
+
+    class Stopped:
+        flag = False
+
+        def __bool__(self) -> bool:
+            return self.flag
+
+    stopped = Stopped()
+
+    class FakeReconciler:
+        def __init__(self, _api: object) -> None:
+            pass
+
+        def run(self, snapshot: Any) -> PassResult:
+            runs.append(len(snapshot.pods or []))
+            stopped.flag = True
+            return PassResult()
+
+    async def pooled(fn: Any, priority: Priority = Priority.RESYNC, preempt: Any = None) -> Any:
+        return await run_in_pool(fn, pool, priority, preempt)
+
+    monkeypatch.setattr(handlers, "Reconciler", FakeReconciler)
+    monkeypatch.setattr(handlers, "api_client", lambda: None)
+    monkeypatch.setattr(handlers, "run_in_pool", pooled)
+    monkeypatch.setattr(handlers, "resync_seconds", lambda: 0.01)  # the loop sees `stopped` at once
+
+    async def until(condition: Callable[[], bool]) -> None:
+        for _ in range(500):
+            if condition():
+                return
+            await asyncio.sleep(0.01)
+        raise AssertionError("condition not reached in 5 s")
+
+    async def main() -> None:
+        taken = threading.Event()
+
+        def blocker() -> None:
+            taken.set()
+            release.wait(5)
+
+        busy = asyncio.ensure_future(run_in_pool(blocker, pool))
+        await until(taken.is_set)
+        empty: dict[Any, Any] = {}
+        loop = asyncio.ensure_future(handlers.sgld_reconcile_loop(
+            stopped=stopped, name="chat", namespace="team-a", body=body, sgld_pods=pods, sgld_services=empty,
+            sgld_deployments=empty, sgld_networkpolicies=empty, sgld_podmonitors=empty, sgld_inferencepools=empty,
+            sgld_scale_targets=empty))  # fmt: skip
+        await until(lambda: pool._queue.qsize() == 1)  # the loop's first pass (an event's: no status yet) queues
+        pods[("team-a", "chat")] = [{"metadata": {"name": "chat-0-0", "uid": "p"}}]
+        handlers._wake("team-a", "chat", Priority.REGISTRATION)
+        await until(lambda: pool._queue.qsize() == 2)  # taken back (a cancelled entry stays queued) and resubmitted
+        release.set()
+        await asyncio.wait_for(asyncio.gather(busy, loop), 5)
+
+    asyncio.run(main())
+    assert runs == [1]
+    pool.shutdown()

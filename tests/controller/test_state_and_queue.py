@@ -25,6 +25,7 @@ from sglang_operator.controller.state import (
     unmet,
 )
 from sglang_operator.controller.workqueue import (
+    Preempted,
     Priority,
     PriorityPool,
     backoff_seconds,
@@ -310,4 +311,40 @@ def test_passes_go_by_priority_then_arrival() -> None:
     expected = ["registration", "event", "resync-0", "resync-1", "resync-2"]
     assert asyncio.run(main()) == expected
     assert order == expected
+    pool.shutdown()
+
+
+def test_a_queued_pass_is_taken_back_when_preempted_and_a_started_one_runs_to_the_end() -> None:
+    """One worker, busy: a queued event's pass whose `preempt` is set never runs (`Preempted`, the queue depth back
+    where it was); a pass already running when `preempt` is set finishes and returns its result."""
+    pool = PriorityPool(1, "test")
+    release, taken, ran = threading.Event(), threading.Event(), []
+
+    def blocker() -> str:
+        taken.set()
+        release.wait(5)
+        return "blocker"
+
+    def record(label: str) -> str:
+        ran.append(label)
+        return label
+
+    async def main() -> str:
+        urgent = asyncio.Event()
+        started = asyncio.ensure_future(run_in_pool(blocker, pool, preempt=urgent))
+        while not taken.is_set():  # bounded by the blocker's own 5 s
+            await asyncio.sleep(0.01)
+        depth = sample("sglang_operator_workqueue_depth", {})
+        queued = asyncio.ensure_future(run_in_pool(functools.partial(record, "stale"), pool, Priority.EVENT, urgent))
+        await asyncio.sleep(0)  # the coroutine submits it
+        assert sample("sglang_operator_workqueue_depth", {}) == depth + 1
+        urgent.set()
+        with pytest.raises(Preempted):
+            await queued
+        assert sample("sglang_operator_workqueue_depth", {}) == depth
+        release.set()
+        return await started
+
+    assert asyncio.run(main()) == "blocker"
+    assert ran == []
     pool.shutdown()

@@ -10,7 +10,8 @@
   overlap and all CRs together use at most the pool's threads. A good pass is followed by the next after the resync
   period, a failed one after an exponential back-off; a pod event or a spec change wakes the loop at once, and the
   pass goes before others in the pool: first when a worker or router pod has just turned Ready (a registration is
-  due).
+  due). Such a pod also takes back the loop's pass still queued, so the registration waits neither for that pass
+  nor for its older snapshot.
 - The daemon gets the CR's body from kopf (a live view kopf keeps current from its watch): no GET of the CR per pass.
 """
 
@@ -43,7 +44,7 @@ from .state import (
     trim_child,
     unmet,
 )
-from .workqueue import Priority, backoff_seconds, pool_size, resync_seconds, run_in_pool
+from .workqueue import Preempted, Priority, backoff_seconds, pool_size, resync_seconds, run_in_pool
 
 log = logging.getLogger(__name__)
 WATCH_SERVER_TIMEOUT_SECONDS = 300
@@ -57,16 +58,21 @@ class Wakeup:
 
     def __init__(self) -> None:
         self.event = asyncio.Event()
+        self.registration = asyncio.Event()
+        """Set with `event` when a registration was asked for: it takes back the loop's pass still queued."""
         self.priority = Priority.RESYNC
 
     def set(self, priority: Priority) -> None:
         self.priority = min(self.priority, priority)
         self.event.set()
+        if priority == Priority.REGISTRATION:
+            self.registration.set()
 
     def take(self) -> Priority:
         """The priority asked for since the last take (RESYNC if none); clears the wake-up."""
         priority, self.priority = self.priority, Priority.RESYNC
         self.event.clear()
+        self.registration.clear()
         return priority
 
 
@@ -238,7 +244,14 @@ async def sgld_reconcile_loop(
                 await _sleep_or_wake(wake, EXPECTATION_POLL_SECONDS)
                 continue
             try:
-                result: PassResult = await run_in_pool(functools.partial(reconciler.run, snapshot), priority=priority)
+                # A pod of this CR turning Ready while this pass still queues takes it back: the loop goes round
+                # at once with a fresh snapshot and registration's priority, instead of after this pass.
+                preempt = wake.registration if priority > Priority.REGISTRATION else None
+                result: PassResult = await run_in_pool(
+                    functools.partial(reconciler.run, snapshot), priority=priority, preempt=preempt
+                )
+            except Preempted:
+                continue
             except Exception:  # a bug outside the pass's own error handling: the loop must survive
                 log.exception("reconcile of %s/%s failed", namespace, name)
                 result = PassResult(failed=True)

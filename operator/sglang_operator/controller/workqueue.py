@@ -134,11 +134,23 @@ def _timed(fn: Callable[[], T], submitted: float) -> T:
     return fn()
 
 
+class Preempted(Exception):
+    """The work was taken back from the queue before a thread started it: its caller asked for it (`preempt`)."""
+
+
 async def run_in_pool(
-    fn: Callable[[], T], pool: ThreadPoolExecutor | PriorityPool | None = None, priority: Priority = Priority.RESYNC
+    fn: Callable[[], T],
+    pool: ThreadPoolExecutor | PriorityPool | None = None,
+    priority: Priority = Priority.RESYNC,
+    preempt: asyncio.Event | None = None,
 ) -> T:
     """Run `fn` in the shared pool and await it, counting the time it waits for a worker; work of a higher
     `priority` goes first (see `PriorityPool`).
+
+    `preempt`: when it is set while `fn` still waits for a thread, `fn` is taken back and `Preempted` raised, so the
+    caller can submit fresher, more urgent work instead (a CR's loop whose pod has just turned Ready, while its
+    event's pass still queues: that pass would run on an older snapshot, and the registration would wait for it).
+    Once a thread has started `fn`, it runs to the end.
 
     A cancelled caller (kopf stops the CR's daemon) leaves a started pass to finish in its thread: a pass is
     bounded (every call has a deadline), and stopping it half way would leave nothing better behind."""
@@ -148,9 +160,23 @@ async def run_in_pool(
         submitted = pool.submit(_timed, fn, time.monotonic(), priority=priority)
     else:
         submitted = pool.submit(_timed, fn, time.monotonic())
+    result: asyncio.Future[T] = asyncio.wrap_future(submitted)
     try:
-        return await asyncio.wrap_future(submitted)
+        if preempt is not None and await _preempted(result, preempt) and submitted.cancel():
+            _queued(-1)
+            raise Preempted
+        return await result
     except asyncio.CancelledError:
         if submitted.cancelled():  # cancelled before a worker took it: it no longer waits
             _queued(-1)
         raise
+
+
+async def _preempted(result: asyncio.Future[Any], preempt: asyncio.Event) -> bool:
+    """Wait until `result` is done or `preempt` is set, whichever comes first; True for `preempt`."""
+    signal = asyncio.ensure_future(preempt.wait())
+    try:
+        await asyncio.wait({result, signal}, return_when=asyncio.FIRST_COMPLETED)
+    finally:
+        signal.cancel()
+    return not result.done()
