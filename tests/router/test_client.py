@@ -78,7 +78,7 @@ def test_a_garbage_router_is_an_error_in_status_and_the_others_are_synced(fake_h
     assert result.observation.error is not None and f"GET {bad.url}/workers" in result.observation.error
     assert "SECRET" not in result.observation.error
     assert [(r.method, r.body) for r in good.requests if r.method == "POST"] == [
-        ("POST", b'{"url": "http://10.0.0.1:30000", "health": {"drain_settle_secs": 0}}')
+        ("POST", b'{"url": "http://10.0.0.1:30000", "runtime": "sglang", "health": {"drain_settle_secs": 0}}')
     ]
 
 
@@ -174,7 +174,9 @@ def test_the_workers_api_key_reads_loads_and_is_handed_to_the_router(fake_http: 
     state = observe_routers([router_pod(router.url)], None, worker_api_key="k3y")
     sync_routers(state, ["http://10.0.0.1:30000"])
     posted = [r.body for r in router.requests if r.method == "POST"]
-    assert posted == [b'{"url": "http://10.0.0.1:30000", "health": {"drain_settle_secs": 0}, "api_key": "k3y"}']
+    assert posted == [
+        b'{"url": "http://10.0.0.1:30000", "runtime": "sglang", "health": {"drain_settle_secs": 0}, "api_key": "k3y"}'
+    ]
 
 
 def test_router_operations_are_counted_by_operation_and_result(fake_http: Callable[..., FakeHTTP]) -> None:

@@ -39,5 +39,5 @@ def test_a_draining_entry_wanted_back_is_registered_again(fake_http: Callable[..
     state = observe_routers([router_pod(router.url)], None)
     sync_routers(state, [LEAVING])
     assert [(r.method, r.body) for r in router.requests if r.method != "GET"] == [
-        ("POST", f'{{"url": "{LEAVING}", "health": {{"drain_settle_secs": 0}}}}'.encode())
+        ("POST", f'{{"url": "{LEAVING}", "runtime": "sglang", "health": {{"drain_settle_secs": 0}}}}'.encode())
     ]
