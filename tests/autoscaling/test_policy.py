@@ -16,6 +16,7 @@ from sglang_operator.autoscaling.policy import (
     ENVELOPE_HOLD_S,
     MAX_MEMORY,
     decide,
+    declining_level,
     envelope_qps,
     largest_rise,
     prune_history,
@@ -635,6 +636,31 @@ def test_a_sustained_decline_releases_the_envelope() -> None:
     assert run[930].replicas >= 10
     assert run[4500].replicas <= 5  # 40 req/s: 2 replicas' worth; the envelope about 300 x 0.4 x 1.2 / 32 = 4.5
     assert envelope_qps(run[4500].envelope, 4500) < 0.45 * 300
+
+
+def test_a_fast_decline_is_followed_without_the_half_hour_mean_s_lag() -> None:
+    # The same bursts, then the rate falls from 100 to 25 req/s in 20 minutes (a ramp down). The half-hour mean lags
+    # such a decline by a quarter of an hour; the blocks' means fall along a line, so the level is read off it.
+    def rates(t: float) -> tuple[float, float]:
+        qps = 100.0 if t < 900 else max(25.0, 100.0 - 75.0 * (t - 900) / 1200)
+        return qps, 300.0 if t in (600, 900) else qps
+
+    run = replay(rates, 2100)
+    blocks = run[2100].envelope
+    mean = sum(b.qps_sum for b in blocks[-6:]) / sum(b.readings for b in blocks[-6:])  # the half hour's: 67 req/s
+    assert declining_level(blocks, 2100) < 0.6 * mean  # the line is near the 25 req/s the traffic is at
+    assert envelope_qps(blocks, 2100) < 0.6 * 300 * mean / 100
+    assert run[2100].recommendation <= 4  # without the line: 8 (210 req/s held x 1.2 / 32 = 7.9)
+
+
+def test_traffic_that_swings_or_keeps_its_level_fits_no_declining_line() -> None:
+    def blocks(means: Sequence[float]) -> tuple[Block, ...]:
+        return tuple(Block(300.0 * i, 2 * m, 20 * m, 20) for i, m in enumerate(means))
+
+    assert declining_level(blocks([100, 90, 80, 70, 60, 50]), 1800) == pytest.approx(45)  # on the line, now
+    for means in ([100, 50, 100, 50, 100, 50], [100, 100, 100, 100, 100, 100], [50, 60, 70, 80, 90, 100], [100, 50]):
+        assert declining_level(blocks(means), 1800) == math.inf
+    assert declining_level(blocks([200, 150, 100, 100, 100, 100, 100, 100, 100]), 2700) == math.inf  # fell long ago
 
 
 def test_idle_traffic_holds_nothing() -> None:

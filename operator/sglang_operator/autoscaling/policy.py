@@ -49,6 +49,11 @@ ENVELOPE_HOLD_S = 5400.0
 ENVELOPE_MEAN_S = 1800.0
 ENVELOPE_RANK = 2  # the envelope is the second highest held block peak: one isolated burst is not a pattern
 ENVELOPE_MARGIN = 1.05  # a held peak samples the next burst's height, which varies: 5 % over the burst headroom
+# A decline the half-hour mean lags: when the blocks' mean rates of the last ENVELOPE_FIT_S fall along a line (at
+# least three blocks, a falling slope, the line explaining at least ENVELOPE_DECLINE_FIT of their variance), the
+# level now is read off the line instead of the mean, which lags a steady decline by a quarter of an hour.
+ENVELOPE_FIT_S = 1200.0
+ENVELOPE_DECLINE_FIT = 0.85
 
 
 @dataclass(frozen=True)
@@ -156,7 +161,8 @@ def envelope_qps(blocks: Sequence[Block], now: float) -> float:
     that recur are.
 
     Means are over ENVELOPE_MEAN_S of blocks ending at each block. A burst lifts its own mean a little, so a past
-    burst is held a little lower than it was; a day's decline lowers the mean now, and the held peaks with it."""
+    burst is held a little lower than it was; a day's decline lowers the mean now, and the held peaks with it. The
+    level now is the lower of that mean and `declining_level`: a steady decline is followed without the mean's lag."""
 
     if not blocks:
         return 0.0
@@ -169,7 +175,7 @@ def envelope_qps(blocks: Sequence[Block], now: float) -> float:
         count = counts[i + 1] - counts[first]
         return (sums[i + 1] - sums[first]) / count if count else 0.0
 
-    now_mean = mean_at(len(blocks) - 1)
+    now_mean = min(mean_at(len(blocks) - 1), declining_level(blocks, now))
     held: list[float] = []
     for i, b in enumerate(blocks):
         if now - b.start >= ENVELOPE_HOLD_S:
@@ -179,6 +185,31 @@ def envelope_qps(blocks: Sequence[Block], now: float) -> float:
         held.append(b.peak_qps * scale)
     held.sort(reverse=True)
     return held[ENVELOPE_RANK - 1] if len(held) >= ENVELOPE_RANK else 0.0
+
+
+def declining_level(blocks: Sequence[Block], now: float) -> float:
+    """The rate now on the line through the mean rates of the blocks of the last ENVELOPE_FIT_S, when they decline
+    along it (at least three blocks, a falling slope, R^2 at least ENVELOPE_DECLINE_FIT); inf otherwise.
+
+    Each block's mean is placed at the middle of its span (the newest ends now) and weighted by its readings. Traffic
+    that keeps its level, or swings (bursts, on/off, periodic waves), fits no falling line: the mean stands.
+    """
+    recent = [(i, b) for i, b in enumerate(blocks) if b.start > blocks[-1].start - ENVELOPE_FIT_S]
+    if len(recent) < 3:
+        return math.inf
+    points = []
+    for i, b in recent:
+        end = blocks[i + 1].start if i + 1 < len(blocks) else now
+        points.append(((b.start + max(b.start, end)) / 2.0, b.qps_sum / b.readings, float(b.readings)))
+    weight = sum(w for _, _, w in points)
+    mx = sum(x * w for x, _, w in points) / weight
+    my = sum(y * w for _, y, w in points) / weight
+    sxx = sum(w * (x - mx) ** 2 for x, _, w in points)
+    syy = sum(w * (y - my) ** 2 for _, y, w in points)
+    sxy = sum(w * (x - mx) * (y - my) for x, y, w in points)
+    if sxx <= 0 or syy <= 0 or sxy >= 0 or sxy * sxy < ENVELOPE_DECLINE_FIT * sxx * syy:
+        return math.inf
+    return max(0.0, my + sxy / sxx * (now - mx))
 
 
 def prune_history(history: Sequence[Recommendation], now: float, spec: AutoscalingSpec) -> tuple[Recommendation, ...]:
