@@ -11,24 +11,24 @@ import pytest
 from sglang_operator.controller import handlers
 from sglang_operator.controller.reconcile import PassResult
 from sglang_operator.controller.runner import operator_environment
-from sglang_operator.controller.state import serving_member, spec_unobserved
+from sglang_operator.controller.state import pod_signature, serving_member, spec_unobserved
 from sglang_operator.controller.workqueue import Priority, PriorityPool, run_in_pool
 from sglang_operator.settings import load_settings
 
 
 def test_the_wakeup_map_holds_running_loops_only() -> None:
     handlers._wakeups.clear()
-    handlers._serving.clear()
+    handlers._seen.clear()
     handlers._wake("team-a", "gone")  # a pod event of a CR with no loop: adds nothing
-    assert handlers._pod_priority("team-a", "gone", "uid-1", serving=True) == Priority.EVENT
-    assert handlers._wakeups == {} and handlers._serving == {}
+    assert handlers._pod_priority("team-a", "gone", "uid-1", 1, serving=True) == Priority.EVENT
+    assert handlers._wakeups == {} and handlers._seen == {}
     wake = handlers._register("team-a", "chat")
     handlers._wake("team-a", "chat")
     assert wake.event.is_set()
     handlers._unregister("team-a", "chat", handlers.Wakeup())  # someone else's entry: kept
     assert ("team-a", "chat") in handlers._wakeups
     handlers._unregister("team-a", "chat", wake)
-    assert handlers._wakeups == {} and handlers._serving == {}
+    assert handlers._wakeups == {} and handlers._seen == {}
 
 
 def test_a_wakeup_keeps_the_highest_priority_asked_for_until_taken() -> None:
@@ -53,16 +53,50 @@ def _worker(ready: str = "True", **meta: Any) -> dict[str, Any]:
 
 def test_only_a_worker_newly_serving_asks_for_registration_priority() -> None:
     handlers._wakeups.clear()
-    handlers._serving.clear()
+    handlers._seen.clear()
     wake = handlers._register("team-a", "chat")
-    assert handlers._pod_priority("team-a", "chat", "uid-1", serving=False) == Priority.EVENT  # starting
-    assert handlers._pod_priority("team-a", "chat", "uid-1", serving=True) == Priority.REGISTRATION  # turned Ready
-    assert handlers._pod_priority("team-a", "chat", "uid-1", serving=True) == Priority.EVENT  # a label changed
-    assert handlers._pod_priority("team-a", "chat", "uid-1", serving=False) == Priority.EVENT  # draining
-    assert handlers._pod_priority("team-a", "chat", "uid-1", serving=True) == Priority.REGISTRATION  # back
-    assert handlers._pod_priority("team-a", "chat", None, serving=True) == Priority.EVENT
+
+    def priority(pod: dict[str, Any] | None, uid: str | None = "uid-1") -> Priority | None:
+        signature = None if pod is None else pod_signature(pod)
+        return handlers._pod_priority("team-a", "chat", uid, signature, pod is not None and serving_member(pod))
+
+    assert priority(_worker(ready="False")) == Priority.EVENT  # starting
+    assert priority(_worker()) == Priority.REGISTRATION  # turned Ready
+    assert priority(_worker(labels={"sglang.ai/component": "worker", "x": "1"})) == Priority.EVENT  # a label
+    assert priority(_worker(annotations={"sglang.ai/draining-since": "2026-12-02T00:00:00Z"})) == Priority.EVENT
+    assert priority(_worker()) == Priority.REGISTRATION  # back
+    assert priority(_worker(), uid=None) == Priority.EVENT
+    assert priority(None) == Priority.EVENT  # deleted: forgotten
+    assert handlers._seen[("team-a", "chat")] == {}
     handlers._unregister("team-a", "chat", wake)
-    assert handlers._serving == {}
+    assert handlers._seen == {}
+
+
+def test_a_pod_update_no_pass_reads_wakes_nothing() -> None:
+    """Bound to a node, scheduled, a container created: the pass would read the same pod, so no wake-up; a new
+    phase, IP, restart or owner does wake the loop."""
+    handlers._wakeups.clear()
+    handlers._seen.clear()
+    wake = handlers._register("team-a", "chat")
+    pending = _worker(ready="False")
+    assert handlers._pod_priority("team-a", "chat", "u", pod_signature(pending), False) == Priority.EVENT
+    scheduled = {
+        **pending,
+        "spec": {"nodeName": "node-1"},
+        "status": {
+            **pending["status"],
+            "conditions": [{"type": "PodScheduled", "status": "True"}, {"type": "Ready", "status": "False"}],
+            "hostIP": "127.0.0.1",
+        },
+    }
+    assert handlers._pod_priority("team-a", "chat", "u", pod_signature(scheduled), False) is None
+    changes = [{"phase": "Running"}, {"podIP": "127.113.0.5"}, {"containerStatuses": [{"restartCount": 1}]}]
+    for change in changes:
+        changed = {**scheduled, "status": {**scheduled["status"], **change}}
+        assert handlers._pod_priority("team-a", "chat", "u", pod_signature(changed), False) == Priority.EVENT
+    owned = {**scheduled, "metadata": {**scheduled["metadata"], "ownerReferences": [{"uid": "cr"}]}}
+    assert handlers._pod_priority("team-a", "chat", "u", pod_signature(owned), False) == Priority.EVENT
+    handlers._unregister("team-a", "chat", wake)
 
 
 def test_serving_member_is_a_ready_worker_or_router_neither_deleted_nor_draining() -> None:

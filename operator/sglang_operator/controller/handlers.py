@@ -38,6 +38,7 @@ from .state import (
     PodKey,
     plain,
     pod_key,
+    pod_signature,
     serving_member,
     spec_unobserved,
     take_snapshot,
@@ -77,13 +78,14 @@ class Wakeup:
 
 
 _wakeups: dict[tuple[str, str], Wakeup] = {}
-_serving: dict[tuple[str, str], set[str]] = {}
-"""Per running loop, the UIDs of its worker and router pods last seen serving: a pod event that adds one is a pod
-that has just turned Ready."""
+_seen: dict[tuple[str, str], dict[str, tuple[int, bool]]] = {}
+"""Per running loop, its pods by UID as last seen: what a pass reads of each (`state.pod_signature`) and whether it
+was serving. An event that changes neither wakes nothing; one that makes a pod serving is a pod that has just
+turned Ready."""
 
 
 def _register(namespace: str, name: str) -> Wakeup:
-    _serving.setdefault((namespace, name), set())
+    _seen.setdefault((namespace, name), {})
     return _wakeups.setdefault((namespace, name), Wakeup())
 
 
@@ -93,7 +95,7 @@ def _unregister(namespace: str, name: str, wake: Wakeup) -> None:
     registered a new loop already. (Everything here runs on the event loop: no lock.)"""
     if _wakeups.get((namespace, name)) is wake:
         del _wakeups[(namespace, name)]
-        _serving.pop((namespace, name), None)
+        _seen.pop((namespace, name), None)
 
 
 def _wake(namespace: str, name: str, priority: Priority = Priority.EVENT) -> None:
@@ -104,19 +106,24 @@ def _wake(namespace: str, name: str, priority: Priority = Priority.EVENT) -> Non
         wake.set(priority)
 
 
-def _pod_priority(namespace: str, deployment: str, uid: str | None, serving: bool) -> Priority:
-    """REGISTRATION when this event shows a worker or router pod newly serving, else EVENT; remembers what it
-    saw."""
-    seen = _serving.get((namespace, deployment))
+def _pod_priority(
+    namespace: str, deployment: str, uid: str | None, signature: int | None, serving: bool
+) -> Priority | None:
+    """REGISTRATION when this event shows a worker or router pod newly serving; None when nothing a pass reads of
+    the pod changed (no wake-up); else EVENT. `signature` None: the pod is gone. Remembers what it saw."""
+    seen = _seen.get((namespace, deployment))
     if seen is None or not uid:
         return Priority.EVENT
-    if not serving:
-        seen.discard(uid)
+    if signature is None:
+        seen.pop(uid, None)
         return Priority.EVENT
-    if uid in seen:
-        return Priority.EVENT
-    seen.add(uid)
-    return Priority.REGISTRATION
+    previous = seen.get(uid)
+    seen[uid] = (signature, serving)
+    if serving and (previous is None or not previous[1]):
+        return Priority.REGISTRATION
+    if previous is not None and previous[0] == signature:
+        return None
+    return Priority.EVENT
 
 
 @kopf.on.startup()
@@ -287,5 +294,8 @@ async def pod_changed(
     body: kopf.Body,
     **_: Any,
 ) -> None:
-    deployment, serving = labels[LABEL_DEPLOYMENT], event.get("type") != "DELETED" and serving_member(body)
-    _wake(namespace or "", deployment, _pod_priority(namespace or "", deployment, uid, serving))
+    deployment, gone = labels[LABEL_DEPLOYMENT], event.get("type") == "DELETED"
+    signature, serving = (None, False) if gone else (pod_signature(body), serving_member(body))
+    priority = _pod_priority(namespace or "", deployment, uid, signature, serving)
+    if priority is not None:
+        _wake(namespace or "", deployment, priority)
