@@ -29,7 +29,7 @@ from sglang_operator.api.spec import AutoscalingSpec
 BIN_S = 15.0  # the oracle's interval: the autoscalers' decision interval
 SLO_BIN_S = 1.0  # the zero-miss oracle's resolution
 FRONTIER_HEADROOMS = (0.0, 0.15, 0.3, 0.5, 0.8, 1.2, 2.0)
-KNOB_GRID = (0.0, 0.15, 0.3, 0.6, 1.0, 2.0)  # --frontier: headroom of ours, and of HPA's / KEDA's target
+KNOB_GRID = (0.0, 0.15, 0.3, 0.6, 1.0, 2.0, 3.0)  # --frontier: headroom of ours, and of HPA's / KEDA's target
 MISS_TARGETS = (1.0, 0.1)  # percent: the frontier's two SLO targets
 BISECT_STEPS = 3
 LOWER_BOUND_BINS_S = (1.0, 5.0, 10.0, 20.0)  # the greedy zero-miss plan's resolutions tried for the lower bound

@@ -20,6 +20,7 @@ from sglang_operator.autoscaling.policy import (
     envelope_qps,
     largest_rise,
     prune_history,
+    rising_level,
     sustained_slope,
 )
 from sglang_operator.autoscaling.signals import (
@@ -661,6 +662,21 @@ def test_traffic_that_swings_or_keeps_its_level_fits_no_declining_line() -> None
     for means in ([100, 50, 100, 50, 100, 50], [100, 100, 100, 100, 100, 100], [50, 60, 70, 80, 90, 100], [100, 50]):
         assert declining_level(blocks(means), 1800) == math.inf
     assert declining_level(blocks([200, 150, 100, 100, 100, 100, 100, 100, 100]), 2700) == math.inf  # fell long ago
+    assert rising_level(blocks([50, 60, 70, 80]), 3, 1200) == pytest.approx(75)  # the line at the block's start
+    for means in ([100, 50, 100, 50], [100, 100, 100, 100], [80, 70, 60, 50]):
+        assert rising_level(blocks(means), 3, 1200) == 0
+
+
+def test_a_day_s_peak_is_not_held_as_a_burst_through_the_evening() -> None:
+    # A compressed day: 20 -> 100 req/s in 30 minutes and back, every 30 s peak 1.2 x the rate. The half-hour mean
+    # at the top lags the rise (about 60 req/s), so the top's peaks would look like bursts 2 x that level and be held
+    # on the way down; read off the rise's line they are 1.2 x it, and the decline's line releases them.
+    def rates(t: float) -> tuple[float, float]:
+        qps = 20.0 + 80.0 * (t / 1800 if t < 1800 else max(0.0, 1.0 - (t - 1800) / 1800))
+        return qps, 1.2 * qps
+
+    run = replay(rates, 3300)
+    assert envelope_qps(run[3300].envelope, 3300) < 60  # the rate is 33 req/s; the top's peaks were 120
 
 
 def test_idle_traffic_holds_nothing() -> None:

@@ -49,9 +49,9 @@ ENVELOPE_HOLD_S = 5400.0
 ENVELOPE_MEAN_S = 1800.0
 ENVELOPE_RANK = 2  # the envelope is the second highest held block peak: one isolated burst is not a pattern
 ENVELOPE_MARGIN = 1.05  # a held peak samples the next burst's height, which varies: 5 % over the burst headroom
-# A decline the half-hour mean lags: when the blocks' mean rates of the last ENVELOPE_FIT_S fall along a line (at
-# least three blocks, a falling slope, the line explaining at least ENVELOPE_DECLINE_FIT of their variance), the
-# level now is read off the line instead of the mean, which lags a steady decline by a quarter of an hour.
+# A steady rise or decline the half-hour mean lags by a quarter of an hour: when the blocks' mean rates of the last
+# ENVELOPE_FIT_S lie along a line (at least three blocks, the line explaining at least ENVELOPE_DECLINE_FIT of their
+# variance), the level is read off the line: now on a decline, and when a peak was seen on a rise.
 ENVELOPE_FIT_S = 1200.0
 ENVELOPE_DECLINE_FIT = 0.85
 
@@ -162,7 +162,9 @@ def envelope_qps(blocks: Sequence[Block], now: float) -> float:
 
     Means are over ENVELOPE_MEAN_S of blocks ending at each block. A burst lifts its own mean a little, so a past
     burst is held a little lower than it was; a day's decline lowers the mean now, and the held peaks with it. The
-    level now is the lower of that mean and `declining_level`: a steady decline is followed without the mean's lag."""
+    level now is the lower of that mean and `declining_level`, the level then the higher of its mean and
+    `rising_level`: a steady decline is followed, and a peak seen on a steady rise is measured against the rise's
+    level, not the lagging mean (a day's peak taken for a burst would be held through the evening)."""
 
     if not blocks:
         return 0.0
@@ -180,7 +182,7 @@ def envelope_qps(blocks: Sequence[Block], now: float) -> float:
     for i, b in enumerate(blocks):
         if now - b.start >= ENVELOPE_HOLD_S:
             continue
-        then = mean_at(i)
+        then = max(mean_at(i), rising_level(blocks, i, now))
         scale = 1.0 if then <= 0 else min(1.0, now_mean / then)
         held.append(b.peak_qps * scale)
     held.sort(reverse=True)
@@ -188,28 +190,52 @@ def envelope_qps(blocks: Sequence[Block], now: float) -> float:
 
 
 def declining_level(blocks: Sequence[Block], now: float) -> float:
-    """The rate now on the line through the mean rates of the blocks of the last ENVELOPE_FIT_S, when they decline
-    along it (at least three blocks, a falling slope, R^2 at least ENVELOPE_DECLINE_FIT); inf otherwise.
+    """The rate now on the line through the mean rates of the blocks of the last ENVELOPE_FIT_S, when they fall
+    along it; inf otherwise (see `_trend_line`)."""
+    line = _trend_line(blocks, len(blocks) - 1, now)
+    if line is None or line[2] >= 0:
+        return math.inf
+    x, y, slope = line
+    return max(0.0, y + slope * (now - x))
+
+
+def rising_level(blocks: Sequence[Block], i: int, now: float) -> float:
+    """The rate at the start of block i on the line through the mean rates of the blocks of the ENVELOPE_FIT_S up
+    to it, when they rise along it; 0 otherwise (see `_trend_line`). The start: the lowest level the rise gives
+    that block, so a peak seen on a rise is never taken for a higher burst than the line shows."""
+    line = _trend_line(blocks, i, now)
+    if line is None or line[2] <= 0:
+        return 0.0
+    x, y, slope = line
+    return max(0.0, y + slope * (blocks[i].start - x))
+
+
+def _trend_line(blocks: Sequence[Block], last: int, now: float) -> tuple[float, float, float] | None:
+    """(mean time, mean rate, slope) of the weighted least-squares line through the mean rates of the blocks of the
+    ENVELOPE_FIT_S up to block `last`, when it explains at least ENVELOPE_DECLINE_FIT of their variance (R^2) over
+    at least three blocks; None otherwise.
 
     Each block's mean is placed at the middle of its span (the newest ends now) and weighted by its readings. Traffic
-    that keeps its level, or swings (bursts, on/off, periodic waves), fits no falling line: the mean stands.
+    that keeps its level, or swings (bursts, on/off, periodic waves), fits no line: the half-hour mean stands.
     """
-    recent = [(i, b) for i, b in enumerate(blocks) if b.start > blocks[-1].start - ENVELOPE_FIT_S]
-    if len(recent) < 3:
-        return math.inf
     points = []
-    for i, b in recent:
+    for i in range(last, -1, -1):
+        b = blocks[i]
+        if b.start <= blocks[last].start - ENVELOPE_FIT_S:
+            break
         end = blocks[i + 1].start if i + 1 < len(blocks) else now
         points.append(((b.start + max(b.start, end)) / 2.0, b.qps_sum / b.readings, float(b.readings)))
+    if len(points) < 3:
+        return None
     weight = sum(w for _, _, w in points)
     mx = sum(x * w for x, _, w in points) / weight
     my = sum(y * w for _, y, w in points) / weight
     sxx = sum(w * (x - mx) ** 2 for x, _, w in points)
     syy = sum(w * (y - my) ** 2 for _, y, w in points)
     sxy = sum(w * (x - mx) * (y - my) for x, y, w in points)
-    if sxx <= 0 or syy <= 0 or sxy >= 0 or sxy * sxy < ENVELOPE_DECLINE_FIT * sxx * syy:
-        return math.inf
-    return max(0.0, my + sxy / sxx * (now - mx))
+    if sxx <= 0 or syy <= 0 or sxy * sxy < ENVELOPE_DECLINE_FIT * sxx * syy:
+        return None
+    return mx, my, sxy / sxx
 
 
 def prune_history(history: Sequence[Recommendation], now: float, spec: AutoscalingSpec) -> tuple[Recommendation, ...]:
