@@ -12,15 +12,12 @@ from typing import Any
 import pytest
 
 from sglang_operator.api.spec import AutoscalingSpec, SustainedRise
+from sglang_operator.autoscaling.envelope import ENVELOPE_HOLD_S, declining_level, envelope_qps, rising_level
 from sglang_operator.autoscaling.policy import (
-    ENVELOPE_HOLD_S,
     MAX_MEMORY,
     decide,
-    declining_level,
-    envelope_qps,
     largest_rise,
     prune_history,
-    rising_level,
     sustained_slope,
 )
 from sglang_operator.autoscaling.signals import (
