@@ -332,8 +332,11 @@ def test_a_queued_pass_is_taken_back_when_preempted_and_a_started_one_runs_to_th
     async def main() -> str:
         urgent = asyncio.Event()
         started = asyncio.ensure_future(run_in_pool(blocker, pool, preempt=urgent))
-        while not taken.is_set():  # bounded by the blocker's own 5 s
+        for _ in range(500):  # at most 5 s for the worker to take it
+            if taken.is_set():
+                break
             await asyncio.sleep(0.01)
+        assert taken.is_set()
         depth = sample("sglang_operator_workqueue_depth", {})
         queued = asyncio.ensure_future(run_in_pool(functools.partial(record, "stale"), pool, Priority.EVENT, urgent))
         await asyncio.sleep(0)  # the coroutine submits it

@@ -12,7 +12,7 @@ import itertools
 import math
 from collections.abc import Sequence
 
-from .signals import Block, Samples
+from .signals import Block, Samples, usable
 
 # The busiest short-window rate of each ENVELOPE_BLOCK_S is remembered for ENVELOPE_HOLD_S, scaled down by how far
 # the mean rate over ENVELOPE_MEAN_S has fallen since.
@@ -22,19 +22,19 @@ ENVELOPE_MEAN_S = 1800.0
 ENVELOPE_RANK = 2  # the envelope is the second highest held block peak: one isolated burst is not a pattern
 ENVELOPE_MARGIN = 1.05  # a held peak samples the next burst's height, which varies: 5 % over the burst headroom
 # A steady rise or decline the half-hour mean lags by a quarter of an hour: when the blocks' mean rates of the last
-# ENVELOPE_FIT_S lie along a line (at least three blocks, the line explaining at least ENVELOPE_DECLINE_FIT of their
+# ENVELOPE_FIT_S lie along a line (at least three blocks, the line explaining at least ENVELOPE_LINE_FIT of their
 # variance), the level is read off the line: now on a decline, and when a peak was seen on a rise.
 ENVELOPE_FIT_S = 1200.0
-ENVELOPE_DECLINE_FIT = 0.85
+ENVELOPE_LINE_FIT = 0.85
 
 
 def update_envelope(blocks: Sequence[Block], samples: Samples, now: float) -> tuple[Block, ...]:
     """The envelope's memory with this reading added: its busiest short-window rate (`qps_peak`, `qps_burst`) and
     its stable rate go into the newest block, or start a new one every ENVELOPE_BLOCK_S; blocks older than the hold
     plus the mean's window are dropped (at most 25 blocks)."""
-    peaks = [x for x in (samples.qps_peak, samples.qps_burst, samples.qps) if x is not None and _usable(x)]
+    peaks = [x for x in (samples.qps_peak, samples.qps_burst, samples.qps) if x is not None and usable(x)]
     kept = [b for b in blocks if now - ENVELOPE_HOLD_S - ENVELOPE_MEAN_S < b.start <= now]
-    if not peaks or samples.qps is None or not _usable(samples.qps):
+    if not peaks or samples.qps is None or not usable(samples.qps):
         return tuple(kept)
     peak, qps = max(peaks), samples.qps
     if kept and now - kept[-1].start < ENVELOPE_BLOCK_S:
@@ -103,7 +103,7 @@ def rising_level(blocks: Sequence[Block], i: int, now: float) -> float:
 
 def _trend_line(blocks: Sequence[Block], last: int, now: float) -> tuple[float, float, float] | None:
     """(mean time, mean rate, slope) of the weighted least-squares line through the mean rates of the blocks of the
-    ENVELOPE_FIT_S up to block `last`, when it explains at least ENVELOPE_DECLINE_FIT of their variance (R^2) over
+    ENVELOPE_FIT_S up to block `last`, when it explains at least ENVELOPE_LINE_FIT of their variance (R^2) over
     at least three blocks; None otherwise.
 
     Each block's mean is placed at the middle of its span (the newest ends now) and weighted by its readings. Traffic
@@ -124,10 +124,6 @@ def _trend_line(blocks: Sequence[Block], last: int, now: float) -> tuple[float, 
     sxx = sum(w * (x - mx) ** 2 for x, _, w in points)
     syy = sum(w * (y - my) ** 2 for _, y, w in points)
     sxy = sum(w * (x - mx) * (y - my) for x, y, w in points)
-    if sxx <= 0 or syy <= 0 or sxy * sxy < ENVELOPE_DECLINE_FIT * sxx * syy:
+    if sxx <= 0 or syy <= 0 or sxy * sxy < ENVELOPE_LINE_FIT * sxx * syy:
         return None
     return mx, my, sxy / sxx
-
-
-def _usable(value: float | None) -> bool:
-    return value is not None and math.isfinite(value) and value >= 0

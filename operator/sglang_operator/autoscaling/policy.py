@@ -38,7 +38,7 @@ from dataclasses import dataclass, replace
 from ..api.spec import AutoscalingSpec, SustainedRise
 from ..capacity import ceil_replicas, replicas_exact
 from .envelope import ENVELOPE_MARGIN, envelope_qps, update_envelope
-from .signals import Block, Decision, FleetState, Mode, Recommendation, Samples
+from .signals import Block, Decision, FleetState, Mode, Recommendation, Samples, usable
 
 # Enough memory for a 300 s window at a 15 s interval even before compaction; compaction usually keeps far fewer.
 MAX_MEMORY = 20
@@ -190,10 +190,6 @@ def _tolerate(exact: float, desired: int, spec: AutoscalingSpec) -> int:
     return wanted
 
 
-def _usable(value: float | None) -> bool:
-    return value is not None and math.isfinite(value) and value >= 0
-
-
 def _metrics_problem(current: FleetState, samples: Samples | None, spec: AutoscalingSpec, now: float) -> str | None:
     """Why the reading cannot be trusted, or None when it can."""
     if samples is None:
@@ -203,9 +199,9 @@ def _metrics_problem(current: FleetState, samples: Samples | None, spec: Autosca
     age = samples.age_seconds + max(0.0, now - samples.collected_at)
     if age > spec.windows.metrics_max_age_seconds:
         return f"metrics are {age:.0f}s old (max {spec.windows.metrics_max_age_seconds}s)"
-    if not _usable(samples.qps):
+    if not usable(samples.qps):
         return "no request rate (router or workers)"
-    has_slot = _usable(samples.slot_seconds) and (samples.slot_seconds or 0.0) > 0
+    has_slot = usable(samples.slot_seconds) and (samples.slot_seconds or 0.0) > 0
     if current.ready == 0:
         # Nothing serves yet: with a slot time remembered by Prometheus the router's rate can still size the
         # fleet (scale-up only); without one, one replica is all that can be justified.
@@ -228,7 +224,7 @@ def _regime(spec: AutoscalingSpec, samples: Samples) -> tuple[AutoscalingSpec, S
     """
     rule = spec.bursty_traffic
     mean, peak = samples.bursty_qps, samples.bursty_qps_peak
-    if not rule.enabled or mean is None or peak is None or not (_usable(mean) and _usable(peak)):
+    if not rule.enabled or mean is None or peak is None or not (usable(mean) and usable(peak)):
         return spec, samples, None
     if mean <= 0 or peak < rule.threshold * mean:
         return spec, samples, None
@@ -286,7 +282,7 @@ def _demand(
     targets = spec.targets
     qps = samples.qps or 0.0
     peak = max(samples.qps_peak or 0.0, samples.qps_burst or 0.0)
-    slot = samples.slot_seconds if _usable(samples.slot_seconds) else None
+    slot = samples.slot_seconds if usable(samples.slot_seconds) else None
     queued = max(0.0, samples.queued or 0.0)
     running = max(0.0, samples.running or 0.0)
     parts: dict[str, float] = {}
@@ -310,7 +306,7 @@ def _demand(
         parts["capacityReplicas"] = capacity
     steady = capacity
     parts["concurrencyReplicas"] = running / c  # a floor for scale-down only (see `_stabilise`)
-    if targets.gpu_utilization and _usable(samples.gpu_utilization) and current.ready > 0:
+    if targets.gpu_utilization and usable(samples.gpu_utilization) and current.ready > 0:
         gpu = current.ready * (samples.gpu_utilization or 0.0) / targets.gpu_utilization
         parts["gpuReplicas"] = gpu
         if gpu > steady:
@@ -335,7 +331,7 @@ def _panic(current: FleetState, samples: Samples, spec: AutoscalingSpec) -> bool
     if current.ready == 0:
         return True
     slot, burst = samples.slot_seconds, samples.qps_burst
-    if slot is None or burst is None or not (_usable(slot) and _usable(burst)):
+    if slot is None or burst is None or not (usable(slot) and usable(burst)):
         return False
     c = max(1, current.concurrency_per_replica)
     queued = max(0.0, samples.queued or 0.0)
@@ -359,12 +355,12 @@ def _scale_down_window(current: FleetState, samples: Samples, spec: AutoscalingS
     if current.ready == 0 or largest_rise(samples.qps_trend, lookback) > windows.quiet_max_rise:
         return full, None
     ratio, slo = samples.slo_miss_ratio, spec.slo
-    if slo.enabled and ratio is not None and _usable(ratio):
+    if slo.enabled and ratio is not None and usable(ratio):
         if ratio <= slo.quiet_miss_ratio:
             return quiet, f"{100 * ratio:.3g}% of requests waited over {slo.queue_seconds:g}s in {lookback}s"
         return full, None
     peak = samples.queued_peak
-    if peak is not None and _usable(peak) and peak <= spec.targets.queue_per_replica * current.ready:
+    if peak is not None and usable(peak) and peak <= spec.targets.queue_per_replica * current.ready:
         return quiet, f"no queue in {lookback}s"
     return full, None
 

@@ -159,3 +159,8 @@ def history_from_state(state: Mapping[str, Any] | None) -> tuple[Recommendation,
         if isinstance(time, int | float) and math.isfinite(time) and isinstance(replicas, int) and replicas >= 0:
             out.append(Recommendation(float(time), replicas))
     return tuple(sorted(out, key=lambda r: r.time))
+
+
+def usable(value: float | None) -> bool:
+    """A reading the policy may act on: present, finite and not negative."""
+    return value is not None and math.isfinite(value) and value >= 0
