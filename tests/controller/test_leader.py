@@ -4,20 +4,20 @@ then the thin Lease client's calls."""
 
 from __future__ import annotations
 
+import asyncio
 import json
-import socket
 from collections.abc import Mapping
 from dataclasses import dataclass, field, replace
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
+import kopf
 import pytest
-import requests
 from kubernetes.client.exceptions import ApiException
 
 from sglang_operator.cli import build_parser
-from sglang_operator.controller import leader
+from sglang_operator.controller import leader, runner
 from sglang_operator.controller.leader import (
     LeaderElector,
     LeaseClient,
@@ -33,7 +33,6 @@ from sglang_operator.controller.leader import (
     renewed_spec,
     standby_verdict,
 )
-from sglang_operator.controller.runner import standby_liveness
 
 T = Timing()  # 10 s lease, 7 s renew deadline, 2 s retry
 WALL = datetime(2026, 12, 1, 18, 0, 0, 0, tzinfo=UTC)
@@ -380,24 +379,21 @@ def test_lease_record_round_trips_through_the_body() -> None:
 # -- what `run` wires around the elector -------------------------------------------------------------------------
 
 
-def free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return int(sock.getsockname()[1])
-
-
-def test_a_standby_answers_the_liveness_url_while_its_loop_is_fresh_and_frees_the_port() -> None:
-    port = free_port()
-    healthy = [True]
-    url = f"http://127.0.0.1:{port}/healthz"
-    with standby_liveness(url, lambda: healthy[0]):
-        assert requests.get(url, timeout=5).status_code == 200
-        assert requests.get(f"http://127.0.0.1:{port}/other", timeout=5).status_code == 503
-        healthy[0] = False  # the election loop stopped attempting: the kubelet should restart the pod
-        assert requests.get(url, timeout=5).status_code == 503
-    with socket.socket() as sock:  # kopf binds the same port next
-        sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
-        sock.bind(("127.0.0.1", port))
+def test_the_liveness_probe_fails_while_the_election_thread_is_wedged() -> None:
+    """Every replica runs kopf, whose liveness URL runs this probe: it fails (kopf answers 500) once the election's
+    thread, leader or standby, has not attempted for a while, so the kubelet restarts a replica that would never take
+    over or renew."""
+    runner._election_fresh.clear()
+    assert asyncio.run(runner.election_probe()) == "no election"
+    fresh = [True]
+    runner._election_fresh.append(lambda: fresh[0])
+    try:
+        assert asyncio.run(runner.election_probe()) == "fresh"
+        fresh[0] = False
+        with pytest.raises(kopf.PermanentError, match="has not attempted"):
+            asyncio.run(runner.election_probe())
+    finally:
+        runner._election_fresh.clear()
 
 
 def test_run_flags_for_leader_election_and_metrics() -> None:

@@ -1,9 +1,9 @@
-"""kopf wiring of the autoscaler: one coroutine per SGLangDeployment with autoscaling enabled, one pass per interval.
+"""The autoscaler's loop: one coroutine per SGLangDeployment with autoscaling enabled, one pass per interval.
 
-A daemon rather than a fixed-interval timer, because each CR chooses its own `intervalSeconds`; kopf stops it when
-autoscaling is switched off or the CR is deleted. Like the reconcile loop, it holds no thread: each pass runs in the
-shared pool (`controller.workqueue`), from the CR's body kopf keeps current and the pods of the operator's pod
-index (no GET or LIST per pass).
+A loop rather than a fixed-interval timer, because each CR chooses its own `intervalSeconds`; the supervisor
+(`controller.supervisor`) starts it on the leader and stops it when autoscaling is switched off or the CR is
+deleted. Like the reconcile loop, it holds no thread: each pass runs in the shared pool (`controller.workqueue`),
+from the CR's body as the watch last showed it and the pods of the operator's pod index (no GET or LIST per pass).
 """
 
 import asyncio
@@ -12,33 +12,30 @@ import logging
 from collections.abc import Mapping
 from typing import Any
 
-import kopf
-
 from .. import metrics
-from ..api.constants import GROUP, PLURAL, VERSION
 from ..controller.kube import api_client
 from ..controller.state import PodKey, plain
+from ..controller.supervisor import Live, Stopped, per_cr_loop
 from ..controller.workqueue import backoff_seconds, run_in_pool
 from .loop import autoscale_once
 
 log = logging.getLogger(__name__)
 
 
-def _enabled(spec: Any, **_: Any) -> bool:
-    return bool((spec.get("autoscaling") or {}).get("enabled"))
+def _enabled(body: Mapping[str, Any]) -> bool:
+    return bool(((body.get("spec") or {}).get("autoscaling") or {}).get("enabled"))
 
 
-@kopf.daemon(GROUP, VERSION, PLURAL, when=_enabled, cancellation_timeout=10.0)
+@per_cr_loop("autoscaler", wanted=_enabled)
 async def sgld_autoscale_loop(
-    stopped: kopf.DaemonStopped,
+    stopped: Stopped,
     name: str,
-    namespace: str | None,
-    spec: Any,
-    body: kopf.Body,
+    namespace: str,
+    spec: Live,
+    body: Live,
     **indexes: Any,
 ) -> None:
-    """`indexes`: kopf hands every index to every handler by its function's name; this reads the pod index."""
-    assert namespace is not None  # the CRD is namespaced
+    """`indexes`: every kopf index by its function's name; this reads the pod index."""
     sgld_pods: Mapping[PodKey, Any] = indexes["sgld_pods"]
     api = api_client()
     failures = 0

@@ -5,14 +5,15 @@
   namespaces by (namespace, kind, name), trimmed to identity, owners and render hash. A pass reads a snapshot of
   them, so with nothing changing it sends no request to the API server. kopf starts the daemons only once the
   indexes are filled.
-- **One coroutine per CR** (`sgld_reconcile_loop`, async): it holds no thread while it waits. It takes a snapshot
+- **One coroutine per CR** (`sgld_reconcile_loop`, async), started by the `supervisor` once this replica leads (a
+  standby runs kopf too, its indexes filled, and writes nothing): it holds no thread while it waits. It takes a snapshot
   on the event loop and runs the pass in the shared pool (`workqueue.run_in_pool`), so passes of one CR never
   overlap and all CRs together use at most the pool's threads. A good pass is followed by the next after the resync
   period, a failed one after an exponential back-off; a pod event or a spec change wakes the loop at once, and the
   pass goes before others in the pool: first when a worker or router pod has just turned Ready (a registration is
   due). Such a pod also takes back the loop's pass still queued, so the registration waits neither for that pass
   nor for its older snapshot.
-- The daemon gets the CR's body from kopf (a live view kopf keeps current from its watch): no GET of the CR per pass.
+- The loop reads the CR's body as the watch last showed it (`supervisor.Live`): no GET of the CR per pass.
 """
 
 import asyncio
@@ -45,6 +46,7 @@ from .state import (
     trim_child,
     unmet,
 )
+from .supervisor import KINDS, Live, Stopped, Supervisor, patch_cr, per_cr_loop
 from .workqueue import Preempted, Priority, backoff_seconds, pool_size, resync_seconds, run_in_pool
 
 log = logging.getLogger(__name__)
@@ -128,9 +130,9 @@ def _pod_priority(
 
 @kopf.on.startup()
 async def configure(settings: kopf.OperatorSettings, **_: Any) -> None:
-    settings.persistence.finalizer = f"{GROUP}/operator"
-    settings.persistence.progress_storage = kopf.AnnotationsProgressStorage(prefix=GROUP)
-    settings.persistence.diffbase_storage = kopf.AnnotationsDiffBaseStorage(prefix=GROUP, key="last-handled")
+    # kopf has no daemon or change handler here (the supervisor runs the loops), so it never needs a finalizer; but
+    # it removes the one its settings name from any CR it sees. It must not be ours, which the leader keeps.
+    settings.persistence.finalizer = f"{GROUP}/kopf-unused"
     settings.posting.level = logging.WARNING
     # A watch the API server ends after 5 min is reopened by kopf: a few requests a minute for every watched kind,
     # the operator's whole cost when nothing changes (docs/scale.md; at 60 s it was 21 a minute). The client's
@@ -223,16 +225,15 @@ def children_view(**indexes: Any) -> _Children:
 
 
 # -- the loop ------------------------------------------------------------------------------------------------------
-@kopf.daemon(GROUP, VERSION, PLURAL, cancellation_timeout=10.0)
+@per_cr_loop("reconcile")
 async def sgld_reconcile_loop(
-    stopped: kopf.DaemonStopped,
+    stopped: Stopped,
     name: str,
-    namespace: str | None,
-    body: kopf.Body,
+    namespace: str,
+    body: Live,
     **indexes: Any,
 ) -> None:
-    """`indexes`: kopf hands every index to every handler by its function's name."""
-    assert namespace is not None  # the CRD is namespaced
+    """`indexes`: every kopf index by its function's name (and `spec`, unused here)."""
     reconciler = Reconciler(api_client())
     sgld_pods: Mapping[PodKey, Any] = indexes["sgld_pods"]
     children = children_view(**indexes)
@@ -280,9 +281,30 @@ async def _sleep_or_wake(wake: Wakeup, seconds: float) -> None:
         await asyncio.wait_for(wake.event.wait(), timeout=seconds)
 
 
-@kopf.on.update(GROUP, VERSION, PLURAL, field="spec")
-async def sgld_spec_changed(name: str, namespace: str | None, **_: Any) -> None:
-    _wake(namespace or "", name)
+SUPERVISOR = Supervisor(KINDS, lambda namespace, name, patch: patch_cr(api_client(), namespace, name, patch))
+"""The loops of every CR (reconcile, autoscaler, doctor): started once this replica leads (`runner`)."""
+
+
+@kopf.on.event(GROUP, VERSION, PLURAL)
+async def sgld_changed(
+    event: Mapping[str, Any], name: str | None, namespace: str | None, body: kopf.Body, **kwargs: Any
+) -> None:
+    """Every watch event of a SGLangDeployment: the supervisor starts or stops its loops (handing them kopf's
+    indexes); a spec change (a new `generation`, `/scale` included) wakes its reconcile loop now."""
+    if not namespace or not name:
+        return
+    gone = event.get("type") == "DELETED"
+    indexes = {key: value for key, value in kwargs.items() if isinstance(value, kopf.Index)}
+    previous = SUPERVISOR.observe(namespace, name, None if gone else plain(body), indexes)
+    generation = (body.get("metadata") or {}).get("generation")
+    if not gone and previous is not None and (previous.get("metadata") or {}).get("generation") != generation:
+        _wake(namespace, name)
+
+
+@kopf.on.cleanup()
+async def stop_loops(**_: Any) -> None:
+    """kopf stops (SIGTERM): every loop is asked to stop and given its time, as kopf does with daemons."""
+    await SUPERVISOR.stop_all()
 
 
 @kopf.on.event("", "v1", "pods", labels={LABEL_DEPLOYMENT: kopf.PRESENT})

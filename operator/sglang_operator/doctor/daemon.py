@@ -1,9 +1,9 @@
-"""kopf wiring of the fleet doctor: one coroutine per SGLangDeployment with `diagnostics.enabled`, one evaluation per
-`diagnostics.intervalSeconds`.
+"""The fleet doctor's loop: one coroutine per SGLangDeployment with `diagnostics.enabled`, one evaluation per
+`diagnostics.intervalSeconds`, started on the leader by the supervisor (`controller.supervisor`).
 
-Like the autoscaler's daemon it holds no thread: each evaluation runs in the shared pool (`controller.workqueue`)
-from the CR's body kopf keeps current and the pods of the operator's pod index (no GET or LIST per pass); Secrets
-(a router API key) come through the reconciler's cache.
+Like the autoscaler's loop it holds no thread: each evaluation runs in the shared pool (`controller.workqueue`) from
+the CR's body as the watch last showed it and the pods of the operator's pod index (no GET or LIST per pass);
+Secrets (a router API key) come through the reconciler's cache.
 """
 
 import asyncio
@@ -12,13 +12,11 @@ import logging
 from collections.abc import Mapping
 from typing import Any
 
-import kopf
-
 from .. import metrics
-from ..api.constants import GROUP, PLURAL, VERSION
 from ..api.validation import parse_spec
 from ..controller.kube import api_client
 from ..controller.state import SECRETS, PodKey, plain
+from ..controller.supervisor import Live, Stopped, per_cr_loop
 from ..controller.workqueue import backoff_seconds, run_in_pool
 from .hysteresis import is_empty
 from .model import FINDING_TYPES
@@ -28,11 +26,11 @@ log = logging.getLogger(__name__)
 MAX_INTERVAL_SECONDS = 3600.0
 
 
-def _enabled(spec: Any, status: Any, **_: Any) -> bool:
-    """Diagnostics enabled, or disabled with findings still in status (the daemon clears them, then stops)."""
-    diagnostics = spec.get("diagnostics")
+def _enabled(body: Mapping[str, Any]) -> bool:
+    """Diagnostics enabled, or disabled with findings still in status (the loop clears them, then stops)."""
+    diagnostics = (body.get("spec") or {}).get("diagnostics")
     enabled = not isinstance(diagnostics, dict) or diagnostics.get("enabled", True) is not False
-    return enabled or not is_empty((status or {}).get("diagnostics"))
+    return enabled or not is_empty((body.get("status") or {}).get("diagnostics"))
 
 
 def interval_seconds(spec: Any) -> float:
@@ -44,16 +42,15 @@ def interval_seconds(spec: Any) -> float:
     return min(max(float(value), 5.0), MAX_INTERVAL_SECONDS)
 
 
-@kopf.daemon(GROUP, VERSION, PLURAL, id="doctor", when=_enabled, cancellation_timeout=10.0)
+@per_cr_loop("doctor", wanted=_enabled)
 async def sgld_doctor_loop(
-    stopped: kopf.DaemonStopped,
+    stopped: Stopped,
     name: str,
-    namespace: str | None,
-    spec: Any,
-    body: kopf.Body,
+    namespace: str,
+    spec: Live,
+    body: Live,
     **indexes: Any,
 ) -> None:
-    assert namespace is not None  # the CRD is namespaced
     sgld_pods: Mapping[PodKey, Any] = indexes["sgld_pods"]
     api = api_client()
 
