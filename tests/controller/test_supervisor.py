@@ -13,6 +13,7 @@ from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
 import pytest
+from kubernetes import client
 
 from sglang_operator.controller import supervisor as supervisor_module
 from sglang_operator.controller.supervisor import (
@@ -22,6 +23,7 @@ from sglang_operator.controller.supervisor import (
     Stopped,
     Supervisor,
     finalizer_patch,
+    patch_cr,
     wanted_loops,
 )
 
@@ -59,6 +61,25 @@ def test_the_finalizer_patch_adds_to_a_live_cr_removes_from_a_deleted_one_and_te
         test, {"op": "remove", "path": "/metadata/finalizers/1"}]  # fmt: skip
     assert finalizer_patch(cr(finalizers=["x/y"], deleting=True)) is None  # not ours to remove
     assert finalizer_patch(cr(deleting=True)) is None
+
+
+def test_the_finalizer_patch_is_sent_as_a_json_patch() -> None:
+    """The kubernetes client sends a custom object's patch as a merge patch unless told otherwise; the API server
+    refuses a list as a merge patch, and the finalizer would never be written."""
+    sent: list[tuple[str, str, Any, Any]] = []
+
+    class Recording(client.ApiClient):  # type: ignore[misc]
+        def call_api(self, method: str, url: str, header_params: Any = None, body: Any = None, *a: Any, **kw: Any):  # type: ignore[no-untyped-def]
+            sent.append((method, url, (header_params or {}).get("Content-Type"), body))
+            raise RuntimeError("recorded")
+
+    patch = finalizer_patch(cr(rv="7"))
+    assert patch is not None
+    with pytest.raises(RuntimeError, match="recorded"):
+        patch_cr(Recording(), "team-a", "chat", patch)
+    method, url, content_type, body = sent[0]
+    assert (method, content_type) == ("PATCH", "application/json-patch+json")
+    assert url.endswith("/apis/sglang.ai/v1alpha1/namespaces/team-a/sglangdeployments/chat") and body == patch
 
 
 def test_a_live_view_reads_the_latest_body_at_every_access() -> None:

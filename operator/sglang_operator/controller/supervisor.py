@@ -127,10 +127,12 @@ def finalizer_patch(body: Mapping[str, Any], finalizer: str = FINALIZER) -> list
 
 
 def patch_cr(api: client.ApiClient, namespace: str, name: str, patch: list[dict[str, Any]]) -> None:
-    """Send a JSON patch to a SGLangDeployment (the client sends a list body as `application/json-patch+json`)."""
+    """Send a JSON patch to a SGLangDeployment. The content type must be named: the client sends any patch of a
+    custom object as a merge patch otherwise, which the API server refuses for a list."""
     client.CustomObjectsApi(api).patch_namespaced_custom_object(
-        GROUP, VERSION, namespace, PLURAL, name, patch, _request_timeout=API_TIMEOUT
-    )
+        GROUP, VERSION, namespace, PLURAL, name, patch, _request_timeout=API_TIMEOUT,
+        _content_type="application/json-patch+json",
+    )  # fmt: skip
 
 
 # -- the tasks ---------------------------------------------------------------------------------------------------
