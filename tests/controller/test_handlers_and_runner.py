@@ -12,6 +12,7 @@ from sglang_operator.controller import handlers
 from sglang_operator.controller.reconcile import PassResult
 from sglang_operator.controller.runner import operator_environment
 from sglang_operator.controller.state import pod_signature, serving_member, spec_unobserved
+from sglang_operator.controller.supervisor import Stopped
 from sglang_operator.controller.workqueue import Priority, PriorityPool, run_in_pool
 from sglang_operator.settings import load_settings
 
@@ -214,3 +215,80 @@ def test_a_pod_turning_ready_takes_back_the_loops_queued_pass_and_it_runs_on_a_f
     asyncio.run(main())
     assert runs == [1]
     pool.shutdown()
+
+
+def test_a_pass_that_changed_the_routers_is_followed_up_soon_at_registrations_priority(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """A pass that registered a worker wrote a status from the routers' lists as they were before (not Ready); the
+    next pass comes after `FOLLOW_UP_SECONDS` at registration's priority, not after the resync period behind every
+    other CR's pass. A router that never lists what it was sent gets at most `MAX_FOLLOW_UPS` in a row."""
+    changed = [True, False, True, True, True, True]  # what each pass did to the routers
+    priorities: list[Priority] = []
+    body = {"metadata": {"name": "chat", "namespace": "team-a", "generation": 1, "uid": "u"}, "spec": {}}
+    stopped = Stopped()
+
+    class FakeReconciler:
+        def __init__(self, _api: object) -> None:
+            pass
+
+        def run(self, snapshot: Any) -> PassResult:
+            return PassResult(routers_changed=changed[len(priorities) - 1])
+
+    async def pooled(fn: Any, priority: Priority = Priority.RESYNC, preempt: Any = None) -> Any:
+        priorities.append(priority)
+        return fn()
+
+    monkeypatch.setattr(handlers, "Reconciler", FakeReconciler)
+    monkeypatch.setattr(handlers, "api_client", lambda: None)
+    monkeypatch.setattr(handlers, "run_in_pool", pooled)
+    monkeypatch.setattr(handlers, "resync_seconds", lambda: 30.0)  # no resync pass within the test
+    monkeypatch.setattr(handlers, "FOLLOW_UP_SECONDS", 0.01)
+
+    async def until(condition: Callable[[], bool]) -> None:
+        for _ in range(500):
+            if condition():
+                return
+            await asyncio.sleep(0.01)
+        raise AssertionError("condition not reached in 5 s")
+
+    async def main() -> None:
+        empty: dict[Any, Any] = {}
+        loop = asyncio.ensure_future(handlers.sgld_reconcile_loop(
+            stopped=stopped, name="chat", namespace="team-a", body=body, sgld_pods=empty, sgld_services=empty,
+            sgld_deployments=empty, sgld_networkpolicies=empty, sgld_podmonitors=empty, sgld_inferencepools=empty,
+            sgld_scale_targets=empty))  # fmt: skip
+        await until(lambda: len(priorities) == 2)  # the first pass registered: a follow-up, which changed nothing
+        await asyncio.sleep(0.1)
+        assert priorities == [Priority.EVENT, Priority.REGISTRATION]  # then the resync period
+        handlers._wake("team-a", "chat")  # an event: a pass that registers, and a router that never lists it
+        await until(lambda: len(priorities) == 6)
+        await asyncio.sleep(0.1)
+        assert priorities[2:] == [Priority.EVENT] + [Priority.REGISTRATION] * handlers.MAX_FOLLOW_UPS
+        stopped.set()
+        handlers._wake("team-a", "chat")
+        await asyncio.wait_for(loop, 5)
+
+    asyncio.run(main())
+
+
+def test_a_snapshot_copy_is_deep_and_leaves_out_the_managed_fields() -> None:
+    from sglang_operator.controller.state import plain
+
+    pod = {"metadata": {"name": "p", "labels": {"a": "1"}, "managedFields": [{"manager": "kubelet"}]},
+           "status": {"conditions": [{"type": "Ready"}]}}  # fmt: skip
+    copied = plain(pod)
+    assert copied == {"metadata": {"name": "p", "labels": {"a": "1"}}, "status": {"conditions": [{"type": "Ready"}]}}
+    copied["metadata"]["labels"]["a"] = "2"
+    copied["status"]["conditions"].append({})
+    assert pod["metadata"]["labels"] == {"a": "1"} and len(pod["status"]["conditions"]) == 1
+    assert plain({"spec": {}}) == {"spec": {}}
+
+
+def test_kopf_keeps_no_diff_base() -> None:
+    """No change handler reads kopf's diffs: building one would deep-copy every object on every event."""
+    import kopf
+
+    storage = handlers.NoDiffBase()
+    body = kopf.Body({"metadata": {"name": "p", "annotations": {"x": "y"}}, "spec": {"big": list(range(100))}})
+    assert storage.build(body=body) == {} and storage.fetch(body=body) is None

@@ -74,12 +74,20 @@ def test_a_garbage_router_is_an_error_in_status_and_the_others_are_synced(fake_h
     state = observe_routers(pods, None)
     assert list(state.lists) == [good.url]
     result = sync_routers(state, ["http://10.0.0.1:30000"])
-    assert result.observation.synced is False
+    assert result.observation.synced is False and result.changed  # the good router was sent the worker
     assert result.observation.error is not None and f"GET {bad.url}/workers" in result.observation.error
     assert "SECRET" not in result.observation.error
     assert [(r.method, r.body) for r in good.requests if r.method == "POST"] == [
         ("POST", b'{"url": "http://10.0.0.1:30000", "runtime": "sglang", "health": {"drain_settle_secs": 0}}')
     ]
+
+
+def test_a_sync_with_nothing_to_send_reports_no_change(fake_http: Callable[..., FakeHTTP]) -> None:
+    listed = {"workers": [{"id": "a1", "url": "http://10.0.0.1:30000", "status": "ready", "is_healthy": True}]}
+    fake = fake_http({("GET", "/workers"): Reply.json(listed)})
+    result = sync_routers(observe_routers([router_pod(fake.url)], None), ["http://10.0.0.1:30000"])
+    assert result.observation.synced and result.observation.registered == 1 and not result.changed
+    assert [r.method for r in fake.requests] == ["GET"]
 
 
 def test_removal_confirmation_waits_at_most_its_deadline_even_if_each_read_hangs(

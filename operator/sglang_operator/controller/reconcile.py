@@ -76,6 +76,10 @@ class PassResult:
     """A step failed: the loop retries with back-off instead of on the resync period."""
     expected: Expectations = field(default_factory=Expectations)
     """The pod writes of this pass, which the next pass waits to see in the watch."""
+    routers_changed: bool = False
+    """This pass added or removed workers on the routers without a failure: its status shows the lists from
+    before (a new worker not yet registered, the CR not yet Ready), so the loop follows up soon instead of a
+    resync period later."""
 
 
 class StepFailed(Exception):
@@ -419,10 +423,12 @@ class Reconciler:
             registered_urls = everywhere if routers is not None else None
             members |= pool_members(spec.inference_pool.enabled, replicas, leaving, registered_urls)
         router_obs = RouterObservation(enabled=False, ready_pods=0, registered=0, synced=True)
+        routers_changed = False
         if routers is not None:
             with _step("syncing router membership"):
                 synced = sync_routers(routers, routed)
             router_obs = synced.observation
+            routers_changed = synced.changed and not synced.failures
             for failure in synced.failures:
                 log.warning("%s/%s: %s", namespace, name, failure)
             # A replica a router still lists is not drained yet: the next pass decides again (and, preferring
@@ -460,7 +466,8 @@ class Reconciler:
         if written and router_obs.error and _degraded_changed(previous, status):
             self.writer.event(body, "RegistrationFailed", router_obs.error, warning=True)
         plan = groups[0].plan if len(groups) == 1 else _merged_plan([g.plan for g in groups])
-        return PassResult(plan=plan, status=status, writes=self._delta(before), expected=self.writer.expected)
+        return PassResult(plan=plan, status=status, writes=self._delta(before), expected=self.writer.expected,
+                          routers_changed=routers_changed)  # fmt: skip
 
     def _label_pool_members(self, owner: Owner, groups: list[GroupPass], members: set[str]) -> None:
         """Set or remove the InferencePool membership label (`inferencepool.py`) where a worker pod's differs from

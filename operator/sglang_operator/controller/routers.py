@@ -98,13 +98,15 @@ class SyncResult:
     failures: list[str]
     unconfirmed_removals: set[str]
     """URLs whose removal a router has not applied yet: not safe to drain on this pass."""
+    changed: bool = False
+    """Some router was sent an addition or removal: the observation shows the lists from before."""
 
 
 def sync_routers(state: RouterState, desired_urls: list[str]) -> SyncResult:
     """Make every observed router list equal `desired_urls`."""
     failures = list(state.errors)
     unconfirmed: set[str] = set()
-    synced = not state.errors
+    synced, changed = not state.errors, False
     registered_counts = []
     desired = set(desired_urls)
     routers = {base: RouterClient(base, state.api_key) for base in state.lists}
@@ -116,7 +118,7 @@ def sync_routers(state: RouterState, desired_urls: list[str]) -> SyncResult:
             registered_counts.append(len({w.url for w in workers} & desired))
             if plan.empty:
                 continue
-            synced = False
+            synced, changed = False, True
             operation = "deregister"
             try:
                 for worker in plan.remove:
@@ -143,4 +145,4 @@ def sync_routers(state: RouterState, desired_urls: list[str]) -> SyncResult:
         synced=synced and bool(state.lists),
         error="; ".join(failures) if failures else None,
     )
-    return SyncResult(observation, failures, unconfirmed)
+    return SyncResult(observation, failures, unconfirmed, changed)

@@ -103,8 +103,16 @@ def pod_signature(pod: Mapping[str, Any]) -> int:
 
 
 def plain(body: Mapping[str, Any]) -> dict[str, Any]:
-    """A deep copy of what kopf hands over, so a pass running in the pool never sees the event loop change it."""
-    return copy.deepcopy(dict(body))
+    """A deep copy of what kopf hands over, so a pass running in the pool never sees the event loop change it;
+    without `metadata.managedFields`, which nothing here reads and which is often most of a pod's size (every
+    index entry and every CR event is copied). Pure."""
+    copied = {key: value for key, value in body.items() if key != "metadata"}
+    metadata = body.get("metadata")
+    if isinstance(metadata, Mapping):
+        copied["metadata"] = {key: value for key, value in metadata.items() if key != "managedFields"}
+    elif "metadata" in body:
+        copied["metadata"] = metadata
+    return copy.deepcopy(copied)
 
 
 def trim_child(body: Mapping[str, Any]) -> dict[str, Any]:
