@@ -186,21 +186,33 @@ def test_bursty_traffic_scales_down_after_its_own_window() -> None:
 
 
 RAMP = [90, 100, 110, 120, 130, 140, 150, 160]  # +10 req/s a minute: every step over 5 % (160 / 150 = 1.067)
+SEVEN = SustainedRise(steps=7)  # the cases below were written for seven steps; the default is four
 
 
 @pytest.mark.parametrize(
     ("rates", "rule", "slope"),
     [
-        (RAMP, SustainedRise(), 70 / 420),
-        ([80, *RAMP], SustainedRise(), 70 / 420),  # older points do not count
+        (RAMP, SEVEN, 70 / 420),
+        ([80, *RAMP], SEVEN, 70 / 420),  # older points do not count
         (RAMP[-4:], SustainedRise(steps=3), 30 / 180),
         (RAMP, SustainedRise(enabled=False), None),
-        (RAMP[1:], SustainedRise(), None),  # less history than the span (a young Prometheus)
-        ([100, 100, 100, 100, 100, 200, 300, 300], SustainedRise(), None),  # a step: a 120 s rate rises 2 steps
-        ([90, 100, 110, 120, 120, 140, 150, 160], SustainedRise(), None),  # one step without a rise
-        ([96, 100, 104, 108, 112, 117, 122, 127], SustainedRise(), None),  # under 5 % per step
-        ([96, 100, 104, 108, 112, 117, 122, 127], SustainedRise(min_rise=0.03), 31 / 420),
-        ([0, 1, 2, 3, 4, 5, 6, 7], SustainedRise(), 7 / 420),  # from no traffic at all
+        (RAMP[1:], SEVEN, None),  # less history than the span (a young Prometheus)
+        ([100, 100, 100, 100, 100, 200, 300, 300], SEVEN, None),  # a step: a 120 s rate rises 2 steps
+        ([90, 100, 110, 120, 120, 140, 150, 160], SEVEN, None),  # one step without a rise
+        ([96, 100, 104, 108, 112, 117, 122, 127], SEVEN, None),  # under 5 % per step
+        ([96, 100, 104, 108, 112, 117, 122, 127], SustainedRise(steps=7, min_rise=0.03), 31 / 420),
+        ([0, 1, 2, 3, 4, 5, 6, 7], SEVEN, 7 / 420),  # from no traffic at all
+        # The default, four steps: the last five readings, and a 120 s rate lifted by a step rises at three at most.
+        (RAMP[-5:], SustainedRise(), 40 / 240),
+        (RAMP[-4:], SustainedRise(), None),  # less history than the span
+        ([100, 100, 100, 200, 300, 300], SustainedRise(), None),  # a step
+        ([100, 100, 100, 150, 250, 300, 300], SustainedRise(), None),  # a step between readings: three rises
+        # A rise back to a level the series had before the span (within minRise) is a wave or a recovery, not a new
+        # level: no projection. A new level, above every earlier reading by more than minRise, is a ramp.
+        ([170, 150, 120, *RAMP[-5:]], SustainedRise(), None),  # the crest before the trough was higher
+        ([155, 150, 120, *RAMP[-5:]], SustainedRise(), None),  # 160 is within 5 % of 155
+        ([150, 120, 110, *RAMP[-5:]], SustainedRise(), 40 / 240),  # 160 is over 150 x 1.05: a new level
+        ([170, *RAMP], SEVEN, None),
     ],
 )
 def test_a_sustained_rise_is_a_rise_at_every_step(rates: list[float], rule: SustainedRise, slope: float | None) -> None:

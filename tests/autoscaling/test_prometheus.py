@@ -166,7 +166,7 @@ def test_reads_the_stable_rate_series_when_the_sustained_rise_rule_is_on(
     second = [(1000.0, 1.0), (1015.0, 2.0)]
     fake = prometheus({"[450s:15s]": matrix(first, second), **HEALTHY})
     short = AutoscalingWindows(quiet_lookback_seconds=300)
-    samples, error = read_samples(connect(fake.url, 2), TARGET, short, rise=SustainedRise())
+    samples, error = read_samples(connect(fake.url, 2), TARGET, short, rise=SustainedRise(steps=7))
     assert error is None and samples is not None
     assert samples.qps_trend == ((1000.0, 11.0), (1015.0, 13.0))
     assert samples.qps == 42.0
@@ -175,7 +175,12 @@ def test_reads_the_stable_rate_series_when_the_sustained_rise_rule_is_on(
 
 @pytest.mark.parametrize(
     ("quiet_lookback", "rise", "span"),
-    [(600, SustainedRise(), 600), (600, SustainedRise(steps=10), 630), (300, SustainedRise(enabled=False), 300)],
+    [
+        (600, SustainedRise(), 600),
+        (300, SustainedRise(), 300),  # the default four steps: 4 x 60 s + 30 s is under the quiet lookback
+        (600, SustainedRise(steps=10), 630),
+        (300, SustainedRise(enabled=False), 300),
+    ],
 )
 def test_the_stable_rate_series_covers_the_quiet_lookback_or_the_rise(
     quiet_lookback: int, rise: SustainedRise, span: int

@@ -305,7 +305,7 @@ class SustainedRise(SpecModel):
 
     enabled: bool = True
     step_seconds: int = Field(default=60, description="Spacing of the stable-rate readings that are compared.")
-    steps: int = Field(default=7, description="How many successive steps the rate must have risen at.")
+    steps: int = Field(default=4, description="How many successive steps the rate must have risen at.")
     min_rise: float = Field(default=0.05, description="The least rise per step, as a fraction of the rate before.")
     projection: float = Field(
         default=0.5, description="Fraction of the rise's slope projected over startupSeconds + rateSeconds / 2."

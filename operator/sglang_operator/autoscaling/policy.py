@@ -15,8 +15,9 @@ How one decision is made (docs/autoscaling.md has the reasons, docs/autoscaling-
    it: a burst seen an hour ago on traffic that has not declined is held (the next one is likely as high, and a replica
    started for it arrives after it), while a day's sustained decline releases it (`envelope.py`; a steady rise or
    decline is read off a line, not the lagging mean). While the stable rate has risen at every step for several
-   minutes (a ramp, not a step or noise: `sustainedRise`), it is projected along that rise over the start-up delay
-   first. A GPU-utilisation target can only raise it; any traffic keeps one replica.
+   minutes to a level it has not had in the last ten (a ramp, not a step, noise or a wave: `sustainedRise`), it is
+   projected along that rise over the start-up delay first. A GPU-utilisation target can only raise it; any
+   traffic keeps one replica.
 4. Backlog: queued requests beyond what the fleet tolerates are a one-off debt, paid with extra replicas that drain
    them within one start-up delay. That part is not remembered, so it leaves as soon as the queue does.
 5. HPA-style tolerance around the current count (optionally wider below it).
@@ -245,12 +246,16 @@ def _regime(spec: AutoscalingSpec, samples: Samples) -> tuple[AutoscalingSpec, S
 
 def sustained_slope(trend: Sequence[tuple[float, float]] | None, rule: SustainedRise) -> float | None:
     """The stable rate's slope (req/s per second) over the rule's span when it rose by at least `minRise` at every
-    step, else None.
+    step to a new level, else None.
 
     The readings compared are the newest point and those whole steps before it (a point within a quarter step
     of each counts); a missing one means no verdict. A step change in traffic lifts a rate window for only as long
-    as the window is, and noise does not rise at every step, so a rule with a span over twice the rate window
-    leaves both alone.
+    as the window is (a 120 s window read every 60 s rises over three steps at most), and noise does not rise at
+    every step, so a rule with more steps than that leaves both alone. A new level: the newest reading is more
+    than `minRise` above every reading of the series before the span (the series covers the quiet lookback, 600 s
+    by default). A rise back to a level the traffic had minutes ago is a wave or a recovery: projecting it carries
+    the fleet past the crest, while the level itself is held by the scale-down window and the burst envelope.
+    That is what lets the span be four steps: a 10-minute wave's five-minute rises are as long as that.
     """
     if not rule.enabled or not trend:
         return None
@@ -266,6 +271,9 @@ def sustained_slope(trend: Sequence[tuple[float, float]] | None, rule: Sustained
         rates.append(rate)
     if not all(later > earlier * (1.0 + rule.min_rise) for earlier, later in itertools.pairwise(rates)):
         return None
+    before = [rate for time, rate in trend if time < newest - (rule.steps + 0.25) * rule.step_seconds]
+    if before and max(before) * (1.0 + rule.min_rise) >= rates[-1]:
+        return None  # back to a level the series had before the rise: a wave or a recovery, not a new level
     return (rates[-1] - rates[0]) / (rule.steps * rule.step_seconds)
 
 
