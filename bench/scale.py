@@ -104,15 +104,19 @@ class Identity:
     kubeconfig: Path
 
 
+WRITE_VERBS = ["create", "update", "patch", "delete", "deletecollection"]
+
+
 def flow_rules() -> list[tuple[str, int, dict[str, Any]]]:
     """(name suffix, precedence, rules) of the FlowSchemas that split one identity's requests: Lease calls, watches,
-    lists, then everything else (the lowest precedence number that matches wins)."""
+    lists, writes, then everything else: gets and discovery (the lowest precedence number that matches wins)."""
     every = {"apiGroups": ["*"], "resources": ["*"], "namespaces": ["*"], "clusterScope": True}
     lease = {"verbs": ["*"], "apiGroups": ["coordination.k8s.io"], "resources": ["leases"], "namespaces": ["*"]}
     return [
         ("-lease", 90, {"resourceRules": [lease]}),
         ("-watch", 91, {"resourceRules": [{**every, "verbs": ["watch"]}]}),
         ("-list", 92, {"resourceRules": [{**every, "verbs": ["list"]}]}),
+        ("-write", 93, {"resourceRules": [{**every, "verbs": WRITE_VERBS}]}),
         (
             "",
             100,
@@ -660,7 +664,15 @@ def run_one(n: int, args: argparse.Namespace) -> RunResult:
 
         running_registration(result, api, custom, names, real, light)
         if leader and len(operators) > 1:
-            handover(result, operators, coordination, core, custom, names, light, args)
+            standby = ids[1]
+
+            def standby_requests() -> dict[str, float]:
+                """What the standby has sent since it started, by kind (it must have written nothing)."""
+                now = scrape(apiserver_metrics, admin_ctx)
+                flows = {(suffix or "-other").lstrip("-"): standby.name + suffix for suffix, _, _ in flow_rules()}
+                return {kind: metric_sum(now, dispatched, {"flow_schema": flow}) for kind, flow in flows.items()}
+
+            handover(result, operators, coordination, core, custom, names, light, args, standby_requests)
     finally:
         if recorder is not None:
             recorder.close()
@@ -760,14 +772,21 @@ def handover(
     names: Sequence[str],
     light: frozenset[str],
     args: argparse.Namespace,
+    standby_requests: Callable[[], dict[str, float]],
 ) -> None:
-    """SIGKILL the leader, scale one fleet to 2 at once, and time the standby's Lease and its first pod."""
+    """SIGKILL the leader, scale one fleet to 2 at once, and time the standby's Lease and its first pod. Before the
+    kill, note what the standby has sent while standing by: it runs kopf's watches, and must not have written."""
     leader_op, standby = operators
     holder = lease_holder(coordination) or ""
     if not holder.startswith(leader_op.identity.name):
         result.notes.append(f"handover not measured: the Lease holder is {holder!r}, not operator A")
         return
     time.sleep(STANDBY_SETTLE_S)  # the standby has started and keeps trying the Lease
+    result.standby_requests = standby_requests()
+    result.notes.append(
+        "the standby's requests while standing by: "
+        + ", ".join(f"{kind} {count:.0f}" for kind, count in result.standby_requests.items())
+    )
     target = handover_target(names, light)
     selector = f"sglang.ai/deployment={target},sglang.ai/component=worker"
     killed = time.time()

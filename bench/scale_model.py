@@ -163,6 +163,7 @@ class RunResult:
     rss_mib: float | None = None  # operator peak RSS (VmHWM)
     handover_s: float | None = None  # leader SIGKILLed -> the survivor created the pod of a scale made at the kill
     handover_lease_s: float | None = None  # leader SIGKILLed -> the Lease names the survivor
+    standby_requests: dict[str, float] = field(default_factory=dict)  # the standby's, from its start to the SIGKILL
     notes: list[str] = field(default_factory=list)
 
     def as_json(self) -> dict[str, Any]:
