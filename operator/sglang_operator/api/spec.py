@@ -292,7 +292,8 @@ class BurstyTraffic(SpecModel):
 
 class SustainedRise(SpecModel):
     """The rule for a ramp: while the stable rate (`windows.rateSeconds`) has risen by at least `minRise` at each
-    of the last `steps` steps of `stepSeconds`, demand is projected ahead along that rise.
+    of the last `steps` steps of `stepSeconds`, to a new level (more than `minRise` above every reading of the
+    series before the rise: a rise back to a recent crest is not a ramp), demand is projected ahead along that rise.
 
     A replica started now serves only after the start-up delay, and the stable rate itself lags by half its window,
     so a policy that follows the rate is always that far behind a ramp (a morning's traffic). One reading cannot
