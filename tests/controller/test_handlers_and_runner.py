@@ -3,7 +3,6 @@ operator's settings."""
 
 import asyncio
 import threading
-from collections.abc import Callable
 from typing import Any
 
 import pytest
@@ -15,6 +14,8 @@ from sglang_operator.controller.state import pod_signature, serving_member, spec
 from sglang_operator.controller.supervisor import Stopped
 from sglang_operator.controller.workqueue import Priority, PriorityPool, run_in_pool
 from sglang_operator.settings import load_settings
+
+from .waiting import until
 
 
 def test_the_wakeup_map_holds_running_loops_only() -> None:
@@ -148,6 +149,14 @@ def test_a_cr_whose_spec_no_pass_has_seen_goes_first_after_a_start() -> None:
     assert not spec_unobserved({"metadata": {"generation": 3}, "status": {"observedGeneration": 3}})
 
 
+def wire_fake_loop(monkeypatch: pytest.MonkeyPatch, reconciler: type, pooled: Any, resync: float) -> None:
+    """Run the real reconcile loop over a fake reconciler and a pool stand-in, with the given resync period."""
+    monkeypatch.setattr(handlers, "Reconciler", reconciler)
+    monkeypatch.setattr(handlers, "api_client", lambda: None)
+    monkeypatch.setattr(handlers, "run_in_pool", pooled)
+    monkeypatch.setattr(handlers, "resync_seconds", lambda: resync)
+
+
 def test_a_pod_turning_ready_takes_back_the_loops_queued_pass_and_it_runs_on_a_fresh_snapshot(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
@@ -179,17 +188,7 @@ def test_a_pod_turning_ready_takes_back_the_loops_queued_pass_and_it_runs_on_a_f
     async def pooled(fn: Any, priority: Priority = Priority.RESYNC, preempt: Any = None) -> Any:
         return await run_in_pool(fn, pool, priority, preempt)
 
-    monkeypatch.setattr(handlers, "Reconciler", FakeReconciler)
-    monkeypatch.setattr(handlers, "api_client", lambda: None)
-    monkeypatch.setattr(handlers, "run_in_pool", pooled)
-    monkeypatch.setattr(handlers, "resync_seconds", lambda: 0.01)  # the loop sees `stopped` at once
-
-    async def until(condition: Callable[[], bool]) -> None:
-        for _ in range(500):
-            if condition():
-                return
-            await asyncio.sleep(0.01)
-        raise AssertionError("condition not reached in 5 s")
+    wire_fake_loop(monkeypatch, FakeReconciler, pooled, resync=0.01)  # the loop sees `stopped` at once
 
     async def main() -> None:
         taken = threading.Event()
@@ -239,18 +238,8 @@ def test_a_pass_that_changed_the_routers_is_followed_up_soon_at_registrations_pr
         priorities.append(priority)
         return fn()
 
-    monkeypatch.setattr(handlers, "Reconciler", FakeReconciler)
-    monkeypatch.setattr(handlers, "api_client", lambda: None)
-    monkeypatch.setattr(handlers, "run_in_pool", pooled)
-    monkeypatch.setattr(handlers, "resync_seconds", lambda: 30.0)  # no resync pass within the test
+    wire_fake_loop(monkeypatch, FakeReconciler, pooled, resync=30.0)  # no resync pass within the test
     monkeypatch.setattr(handlers, "FOLLOW_UP_SECONDS", 0.01)
-
-    async def until(condition: Callable[[], bool]) -> None:
-        for _ in range(500):
-            if condition():
-                return
-            await asyncio.sleep(0.01)
-        raise AssertionError("condition not reached in 5 s")
 
     async def main() -> None:
         empty: dict[Any, Any] = {}

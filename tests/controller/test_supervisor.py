@@ -27,6 +27,8 @@ from sglang_operator.controller.supervisor import (
     wanted_loops,
 )
 
+from .waiting import until
+
 
 def cr(name: str = "chat", rv: str = "1", finalizers: list[str] | None = None, deleting: bool = False,
        autoscaling: bool = False) -> dict[str, Any]:  # fmt: skip
@@ -122,14 +124,6 @@ class Harness:
                 self.patches.append((namespace, name, patch))
 
         self.supervisor = Supervisor(self.kinds, write, stop_timeout=0.5, retry_seconds=0.05)
-
-
-async def until(condition: Callable[[], bool]) -> None:
-    for _ in range(300):
-        if condition():
-            return
-        await asyncio.sleep(0.01)
-    raise AssertionError("condition not reached in 3 s")
 
 
 @pytest.fixture
