@@ -3,8 +3,8 @@
 - **Indexes** (`@kopf.index`): the operator's pods (label `sglang.ai/deployment`, workers and routers alike) by
   (namespace, deployment), and every Service, Deployment, NetworkPolicy, PodMonitor and InferencePool of the watched
   namespaces by (namespace, kind, name), trimmed to identity, owners and render hash. A pass reads a snapshot of
-  them, so with nothing changing it sends no request to the API server. kopf starts the daemons only once the
-  indexes are filled.
+  them, so with nothing changing it sends no request to the API server. kopf calls the event handlers (so the
+  supervisor starts the loops) only once the indexes are filled.
 - **One coroutine per CR** (`sgld_reconcile_loop`, async), started by the `supervisor` once this replica leads (a
   standby runs kopf too, its indexes filled, and writes nothing): it holds no thread while it waits. It takes a snapshot
   on the event loop and runs the pass in the shared pool (`workqueue.run_in_pool`), so passes of one CR never
