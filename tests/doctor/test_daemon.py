@@ -19,10 +19,12 @@ FINDING = {"type": "SlowStart", "pod": "p", "evidence": "e", "action": "a", "sin
         ({"diagnostics": "garbage"}, None, True),
     ],
 )
-def test_the_daemon_runs_while_enabled_or_while_findings_remain_to_clear(
+def test_the_loop_runs_while_enabled_or_while_findings_remain_to_clear(
     spec: dict[str, Any], status: Any, runs: bool
 ) -> None:
-    assert _enabled(spec=spec, status=status) is runs
+    """The supervisor's condition for the doctor's loop, read from the CR as the watch shows it."""
+    assert _enabled({"spec": spec, "status": status}) is runs
+    assert _enabled({"spec": spec}) is (runs and status != {"diagnostics": {"findings": [FINDING]}})
 
 
 @pytest.mark.parametrize(
