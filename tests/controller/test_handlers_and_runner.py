@@ -168,12 +168,6 @@ def test_a_pod_turning_ready_takes_back_the_loops_queued_pass_and_it_runs_on_a_f
     body = {"metadata": {"name": "chat", "namespace": "team-a", "generation": 1, "uid": "u"}, "spec": {}}
     pods: dict[Any, list[dict[str, Any]]] = {}
 
-    class Stopped:
-        flag = False
-
-        def __bool__(self) -> bool:
-            return self.flag
-
     stopped = Stopped()
 
     class FakeReconciler:
@@ -182,7 +176,7 @@ def test_a_pod_turning_ready_takes_back_the_loops_queued_pass_and_it_runs_on_a_f
 
         def run(self, snapshot: Any) -> PassResult:
             runs.append(len(snapshot.pods or []))
-            stopped.flag = True
+            stopped.set()
             return PassResult()
 
     async def pooled(fn: Any, priority: Priority = Priority.RESYNC, preempt: Any = None) -> Any:

@@ -155,8 +155,7 @@ class Supervisor:
         self.indexes: Mapping[str, Any] = {}
         self.tasks: dict[LoopKey, tuple[asyncio.Task[None], Stopped]] = {}
         self.ended: set[LoopKey] = set()
-        self.finalizing: set[CRKey] = set()
-        self.writes: dict[CRKey, asyncio.Future[None]] = {}  # the last finalizer write per CR (kept referenced)
+        self.writes: dict[CRKey, asyncio.Future[None]] = {}  # the finalizer write in flight per CR
 
     def observe(
         self, namespace: str, name: str, body: Mapping[str, Any] | None, indexes: Mapping[str, Any]
@@ -204,11 +203,10 @@ class Supervisor:
                     self._stop(loop_key)
             elif loop_key not in self.tasks and loop_key not in self.ended:
                 self._start(kind, key)
-        if body is None or key in self.finalizing or (deleting(body) and self.running(key)):
+        if body is None or key in self.writes or (deleting(body) and self.running(key)):
             return
         patch = finalizer_patch(body)
         if patch is not None:
-            self.finalizing.add(key)
             self.writes[key] = asyncio.ensure_future(self._write_finalizer(key, patch))
 
     def _start(self, kind: LoopKind, key: CRKey) -> None:
@@ -252,5 +250,4 @@ class Supervisor:
             log.info("finalizer of %s/%s not written (%s); deciding again", *key, exc)
             asyncio.get_running_loop().call_later(self.retry_seconds, self._converge, key)
         finally:
-            self.finalizing.discard(key)
             self.writes.pop(key, None)
