@@ -304,6 +304,21 @@ def test_a_fleet_that_never_queued_scales_down_after_the_quiet_window() -> None:
     )
 
 
+def test_a_fleet_with_no_memory_waits_for_the_window_before_scaling_down() -> None:
+    # The first decision (or one after the memory was lost or expired) remembers nothing to hold, so without a seed
+    # it would drop at once; the count the fleet has counts as recommended then (HPA's seed), so the window runs.
+    run = Run(spec(), desired=10, burst_envelope=False)
+    run.play(
+        [
+            Step(0, reading(120, 0, queued_peak=0), 10, reason="holding 10 (recommending 5, 90s"),
+            Step(89, reading(120, 89, queued_peak=0), 10),
+            Step(90, reading(120, 90, queued_peak=0), 5, reason="scaling down 10 -> 5 (no queue in 600s"),
+        ]
+    )
+    held = decide(FleetState(10, 10, 0, 0, 1, C), reading(120, 0, queued_peak=0), spec(), (), 0.0)
+    assert [(r.time, r.replicas) for r in held.history] == [(0.0, 10), (0.0, 5)]
+
+
 def test_a_fleet_that_queued_keeps_the_full_window() -> None:
     run = Run(spec(), desired=10, burst_envelope=False)
     run.play(

@@ -26,7 +26,8 @@ How one decision is made (docs/autoscaling.md has the reasons, docs/autoscaling-
    already in the count, so they are capacity on the way. Scale-down goes to the highest steady recommendation of
    the stabilisation window (a shorter quiet window when, over a longer lookback, the fleet met its SLO, or without
    that reading did not queue, and its traffic did not rise again), never below what the running requests occupy,
-   and not while nothing is ready.
+   and not while nothing is ready. With nothing remembered (the fleet's first decision, or a memory lost or
+   expired) the current count counts as recommended now, as HPA seeds its window: the window starts, it is not skipped.
 7. Bounds: minReplicas/maxReplicas and the GPU budget (warm replicas give way first).
 """
 
@@ -69,6 +70,8 @@ def decide(
     decision returned (`Decision.history`, `Decision.envelope`)."""
     low, high, budget = _bounds(spec, current.gpus_per_replica)
     memory = prune_history(history, now, spec)
+    if not memory:  # the first decision, or the memory was lost or expired: the count the fleet has counts, as HPA's
+        memory = (Recommendation(now, current.desired),)
     problem = _metrics_problem(current, samples, spec, now)
     if problem is not None or samples is None:
         held = _clamp(current.desired, low, high)
