@@ -1,6 +1,6 @@
 """Many fleets, one operator pair: readiness, registration, quiet API load, CPU/RSS and leader handover at N CRs.
 
-    .venv/bin/python bench/scale.py [--n 10 50 200] [--real 10] [--quiet-seconds 60] [--json]
+    .venv/bin/python bench/scale.py [--n 10 50 200] [--real 10] [--quiet-seconds 120] [--json]
 
 For each N this starts its *own* local cluster (a separate state dir, `--state-dir`, never the shared
 `e2e/.state`; sized to N: `--gpus-per-node` GPUs per node, as many nodes as N + 1 one-GPU replicas need), creates
@@ -819,7 +819,13 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
                    help="the benchmark's own cluster state (never the shared e2e/.state)")  # fmt: skip
     p.add_argument("--ready-timeout", type=float, default=600.0, help="bound on waiting for every CR to be Ready")
     p.add_argument("--settle-seconds", type=float, default=10.0, help="pause after all Ready before the quiet window")
-    p.add_argument("--quiet-seconds", type=float, default=60.0, help="length of the quiet window")
+    p.add_argument(
+        "--quiet-seconds",
+        type=float,
+        default=120.0,
+        help="length of the quiet window (renewals every 7 s and watches reopened every 10 min: a minute's count "
+        "varies by a request or two)",
+    )
     p.add_argument("--handover-timeout", type=float, default=90.0)
     p.add_argument("--keep", action="store_true", help="leave the benchmark's cluster running after the last run")
     p.add_argument("--json", action="store_true", help='print {"runs": [...]} instead of the table')

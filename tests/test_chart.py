@@ -19,6 +19,8 @@ import yaml
 
 from localcluster.helm import CHART_DIR, INSTALL_MANIFEST, ensure_helm, helm_template, install_manifest
 from sglang_operator.api.constants import CRD_NAME
+from sglang_operator.cli import build_parser, leader_timing
+from sglang_operator.controller.leasetiming import Timing
 from sglang_operator.settings import (
     ENV_OPERATOR_NAMESPACE,
     ENV_OPERATOR_POD_LABELS,
@@ -117,6 +119,10 @@ VARIANTS = {
         "--set", "metrics.serviceMonitor.enabled=true",
         "--set-json", 'metrics.serviceMonitor.labels={"release":"kube-prometheus"}',
         "--set", "replicas=3",
+        "--set", "leaderElection.leaseDurationSeconds=20",
+        "--set", "leaderElection.renewDeadlineSeconds=15.5",
+        "--set", "leaderElection.renewIntervalSeconds=5",
+        "--set", "leaderElection.retryPeriodSeconds=2",
     ],
     "single-no-election-no-metrics": ["--set", "replicas=1", "--set", "leaderElection.enabled=false",
                                       "--set", "metrics.enabled=false"],
@@ -166,6 +172,10 @@ def test_default_deployment_runs_the_operator_image_locked_down(helm: Path) -> N
             "--leader-elect",
             "--leader-election-namespace=sglang-operator",
             "--leader-election-name=sglang-operator-leader",
+            "--leader-election-lease-duration=13",
+            "--leader-election-renew-deadline=11",
+            "--leader-election-renew-interval=7",
+            "--leader-election-retry-period=1",
             "--metrics-port=8081",
             "--metrics-address=0.0.0.0",
         ],
@@ -203,6 +213,10 @@ def test_values_reach_the_command_line(helm: Path) -> None:
         "--leader-elect",
         "--leader-election-namespace=sglang-operator",
         "--leader-election-name=sglang-operator-leader",
+        "--leader-election-lease-duration=20",
+        "--leader-election-renew-deadline=15.5",
+        "--leader-election-renew-interval=5",
+        "--leader-election-retry-period=2",
         "--metrics-port=9100",
         "--metrics-address=0.0.0.0",
     ]
@@ -323,6 +337,28 @@ def test_one_replica_needs_no_budget_or_spread_and_more_need_leader_election(hel
     assert not [a for a in operator_container(single)["args"] if a.startswith(("--leader", "--metrics"))]
     with pytest.raises(RuntimeError, match=r"replicas > 1 needs leaderElection\.enabled"):
         render(helm, "--set", "replicas=2", "--set", "leaderElection.enabled=false")
+
+
+@pytest.mark.parametrize(
+    "bad",
+    [
+        ["leaderElection.renewDeadlineSeconds=13"],  # the deadline must end before the Lease does
+        ["leaderElection.renewIntervalSeconds=11"],  # a renewal must come before the deadline
+        ["leaderElection.retryPeriodSeconds=0"],
+        ["leaderElection.retryPeriodSeconds=8"],  # a retry slower than the renewal
+    ],
+)
+def test_leader_election_timing_that_allows_two_leaders_fails_the_render(helm: Path, bad: list[str]) -> None:
+    with pytest.raises(RuntimeError, match=r"leaderElection needs 0 < retryPeriodSeconds <= renewIntervalSeconds"):
+        render(helm, *[arg for value in bad for arg in ("--set", value)])
+
+
+@pytest.mark.parametrize("variant", ["default", "everything-set"])
+def test_the_command_line_accepts_the_rendered_arguments(helm: Path, variant: str) -> None:
+    """The chart's values reach the same Timing the operator builds (and checks) from its flags."""
+    args = operator_container(render(helm, *VARIANTS.get(variant, [])))["args"]
+    expected = Timing() if variant == "default" else Timing(20, 15.5, 5.0, 2.0)
+    assert leader_timing(build_parser().parse_args(args)) == expected
 
 
 def test_metrics_service_scrape_annotations_and_service_monitor(helm: Path) -> None:

@@ -98,7 +98,12 @@ def test_leader_and_standby_expose_their_metrics(
         page = scraped(standby)
         return page is not None and value(page, "sglang_operator_kubernetes_requests_total", verb="get") > 0
 
+    def leader_has_renewed() -> bool:
+        page = scraped(leader)
+        return page is not None and value(page, "sglang_operator_kubernetes_requests_total", verb="update") > 0
+
     wait_for(standby_has_read_the_lease, 30, "the standby's /metrics counting its Lease reads")
+    wait_for(leader_has_renewed, 30, "the leader's first Lease renewal, a renewal period after it took the Lease")
     ours, theirs = samples(leader.metrics_url), samples(standby.metrics_url)
     assert lease_holder(api_client, namespace).startswith("op-a_")
     assert (value(ours, "sglang_operator_leader"), value(theirs, "sglang_operator_leader")) == (1.0, 0.0)
@@ -181,7 +186,7 @@ def test_the_local_prometheus_scrapes_both_chart_replicas(
     def verbs() -> set[str]:
         return {r["metric"]["verb"] for r in prom_query(prom, requests_query)}
 
-    # The leader's first renewal comes 2 s after it took the Lease: the scrape that first showed both pods may
+    # The leader's first renewal comes 7 s after it took the Lease: the scrape that first showed both pods may
     # predate it.
     wait_for(lambda: {"get", "update"} <= verbs(), SCRAPE_TIMEOUT_S, "the Lease's reads and renewals in Prometheus",
              interval=2.0, on_timeout=lambda: f"; verbs={verbs()}")  # fmt: skip

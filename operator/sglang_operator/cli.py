@@ -20,6 +20,7 @@ from .api.rule import FieldError
 from .api.spec import SGLangDeploymentSpec
 from .api.validation import NAME_RULE, check_pod_policy, parse_spec
 from .capacity import concurrency_per_replica, plan_for_spec, replicas_for_load
+from .controller.leasetiming import Timing
 from .crfile import CRFileError, LoadedCR, load_cr
 from .groupplan import GroupArgError, format_plan, parse_group, plan_groups
 from .render import Owner, render_all
@@ -226,16 +227,32 @@ def _plan_mix(args: argparse.Namespace) -> int:
     return 0
 
 
+def leader_timing(args: argparse.Namespace) -> Timing:
+    """The election's durations from `run`'s flags; ValueError when they would allow two leaders at once."""
+    return Timing(
+        lease_seconds=args.leader_election_lease_duration,
+        renew_deadline_seconds=args.leader_election_renew_deadline,
+        renew_interval_seconds=args.leader_election_renew_interval,
+        retry_seconds=args.leader_election_retry_period,
+    )
+
+
 def cmd_run(args: argparse.Namespace) -> int:
     from .controller import leader
     from .controller.runner import LeaderElection, operator_environment, run_operator
 
     election = None
     if args.leader_elect:
+        try:
+            timing = leader_timing(args)
+        except ValueError as exc:
+            print(f"error: --leader-election-*: {exc}", file=sys.stderr)
+            return 2
         election = LeaderElection(
             namespace=args.leader_election_namespace or leader.default_namespace(os.environ),
             name=args.leader_election_name or leader.LEASE_NAME,
             identity=leader.new_identity(args.leader_election_identity),
+            timing=timing,
         )
     environment = operator_environment(
         prometheus_url=args.prometheus_url,
@@ -301,6 +318,13 @@ def _add_policy_flags(parser: argparse.ArgumentParser) -> None:
         help="check against an operator that allows a CR's own autoscaling.prometheusURL under PREFIX (as run "
         "--allow-prometheus-url; default: none, as the default operator)",
     )
+
+
+LEADER_RENEW_DEADLINE_HELP = "the holder stops this long after its last successful renewal; keep it 2 s or more \
+under the lease duration"
+LEADER_RENEW_INTERVAL_HELP = "the holder renews this often: the operator's fixed API cost when nothing changes"
+LEADER_RETRY_HELP = "after a failed renewal or write, the next attempt comes this soon; a standby looks at the Lease \
+this often"
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -385,6 +409,19 @@ def build_parser() -> argparse.ArgumentParser:
         metavar="NAME",
         help="this replica's name in the Lease (default: $POD_NAME, else the host name); a random suffix is added",
     )
+    timing = run.add_argument_group(
+        "leader election timing", "a standby takes over at most the lease duration after the last renewal"
+    )
+    default = Timing()
+    for flag, kind, seconds, help_text in (
+        ("--leader-election-lease-duration", int, default.lease_seconds, "how long a Lease runs unrenewed"),
+        ("--leader-election-renew-deadline", float, default.renew_deadline_seconds, LEADER_RENEW_DEADLINE_HELP),
+        ("--leader-election-renew-interval", float, default.renew_interval_seconds, LEADER_RENEW_INTERVAL_HELP),
+        ("--leader-election-retry-period", float, default.retry_seconds, LEADER_RETRY_HELP),
+    ):
+        timing.add_argument(
+            flag, type=kind, default=seconds, metavar="SECONDS", help=f"{help_text} (default {seconds:g} s)"
+        )
     run.add_argument(
         "--metrics-port", type=_port, default=0, metavar="PORT", help="serve /metrics on PORT (default 0: off)"
     )

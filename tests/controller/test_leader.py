@@ -16,14 +16,13 @@ import kopf
 import pytest
 from kubernetes.client.exceptions import ApiException
 
-from sglang_operator.cli import build_parser
+from sglang_operator.cli import build_parser, leader_timing, main
 from sglang_operator.controller import leader, runner
 from sglang_operator.controller.leader import (
     LeaderElector,
     LeaseClient,
     LeaseRecord,
     Observed,
-    Timing,
     Verdict,
     acquired_spec,
     must_step_down,
@@ -33,8 +32,9 @@ from sglang_operator.controller.leader import (
     renewed_spec,
     standby_verdict,
 )
+from sglang_operator.controller.leasetiming import Timing
 
-T = Timing()  # 10 s lease, 7 s renew deadline, 2 s retry
+T = Timing()  # 13 s lease, 11 s renew deadline, a renewal every 7 s, 1 s retry
 WALL = datetime(2026, 12, 1, 18, 0, 0, 0, tzinfo=UTC)
 
 
@@ -48,8 +48,8 @@ def lease(holder: str, rv: str = "1", seconds: int = 10, transitions: int = 0) -
         (None, 0.0, 0.0, (Verdict.CREATE, 0.0)),
         (lease(""), 0.0, 0.0, (Verdict.TAKE, 0.0)),  # released by a graceful stop
         (lease("me_1"), 0.0, 0.0, (Verdict.TAKE, 0.0)),  # already ours
-        (lease("other_1"), 0.0, 0.0, (Verdict.WAIT, 2.0)),  # fresh: wait a retry period
-        (lease("other_1"), 0.0, 9.0, (Verdict.WAIT, 1.0)),  # expires in 1 s: read again right then
+        (lease("other_1"), 0.0, 0.0, (Verdict.WAIT, 1.0)),  # fresh: wait a retry period
+        (lease("other_1"), 0.0, 9.5, (Verdict.WAIT, 0.5)),  # expires in 0.5 s: read again right then
         (lease("other_1"), 0.0, 10.0, (Verdict.TAKE, 0.0)),  # unchanged for the whole lease duration
         (lease("other_1", seconds=0), 0.0, 1.0, (Verdict.TAKE, 0.0)),  # a 0 s duration counts as 1 s
         (lease("other_1", seconds=30), 0.0, 29.0, (Verdict.WAIT, 1.0)),  # the Lease's own duration, not ours
@@ -74,24 +74,34 @@ def test_expiry_counts_from_first_sight_not_from_the_leases_wall_clock() -> None
 
 
 def test_step_down_before_any_standby_may_take_over() -> None:
-    assert not must_step_down(last_renewed=100.0, now=106.9, timing=T)
-    assert must_step_down(last_renewed=100.0, now=107.0, timing=T)
+    assert not must_step_down(last_renewed=100.0, now=110.9, timing=T)
+    assert must_step_down(last_renewed=100.0, now=111.0, timing=T)
     # The earliest a standby can take over is a whole lease after it saw the renewal, which it cannot see before
-    # the renewal was sent: the holder has stopped 3 s earlier.
-    assert T.renew_deadline_seconds < T.lease_seconds
+    # the renewal was sent: the holder has stopped 2 s earlier.
+    assert T.lease_seconds - T.renew_deadline_seconds >= 2
 
 
-@pytest.mark.parametrize(("lease_s", "deadline", "retry"), [(10, 10.0, 2.0), (10, 7.0, 7.0), (10, 7.0, 0.0)])
-def test_timing_refuses_a_deadline_that_would_allow_two_writers(lease_s: int, deadline: float, retry: float) -> None:
-    with pytest.raises(ValueError, match="retry < renew deadline < lease duration"):
-        Timing(lease_s, deadline, retry)
+@pytest.mark.parametrize(
+    ("lease_s", "deadline", "interval", "retry"),
+    [
+        (10, 10.0, 7.0, 1.0),  # the holder would still write when a standby may take over
+        (10, 7.0, 7.0, 1.0),  # no renewal before the deadline
+        (10, 7.0, 2.0, 0.0),
+        (10, 7.0, 2.0, 3.0),  # retrying a failure more slowly than renewing
+    ],
+)
+def test_timing_refuses_durations_that_would_allow_two_writers(
+    lease_s: int, deadline: float, interval: float, retry: float
+) -> None:
+    with pytest.raises(ValueError, match="retry <= renew interval < renew deadline < lease duration"):
+        Timing(lease_s, deadline, interval, retry)
 
 
 def test_specs_record_acquisition_renewal_and_release() -> None:
     created = acquired_spec("me_1", None, WALL, T)
     assert created == {
         "holderIdentity": "me_1",
-        "leaseDurationSeconds": 10,
+        "leaseDurationSeconds": 13,
         "acquireTime": "2026-12-01T18:00:00.000000Z",  # six digits even when the fraction is zero
         "renewTime": "2026-12-01T18:00:00.000000Z",
         "leaseTransitions": 0,
@@ -106,7 +116,7 @@ def test_specs_record_acquisition_renewal_and_release() -> None:
     renewed = renewed_spec("me_1", lease("me_1", transitions=5), later, T)
     assert renewed == {
         "holderIdentity": "me_1",
-        "leaseDurationSeconds": 10,
+        "leaseDurationSeconds": 13,
         "acquireTime": "2026-12-01T17:00:00.000000Z",
         "renewTime": "2026-12-01T18:00:02.250000Z",
         "leaseTransitions": 5,
@@ -202,9 +212,10 @@ def test_standby_takes_over_a_killed_leader_within_15_s_and_not_before_it_stoppe
     kill_at = 31.0
     renewals: list[float] = []
 
-    def leader_a_renews() -> None:  # a's renewal loop, every retry period while it lives
-        while not renewals or (renewals[-1] + T.retry_seconds <= clock.now and renewals[-1] + 2 < kill_at):
-            at = renewals[-1] + T.retry_seconds if renewals else 0.0
+    def leader_a_renews() -> None:  # a's renewal loop, every renew interval while it lives
+        interval = T.renew_interval_seconds
+        while not renewals or (renewals[-1] + interval <= clock.now and renewals[-1] + interval < kill_at):
+            at = renewals[-1] + interval if renewals else 0.0
             assert a.record is not None
             a.record = store.replace(renewed_spec("a_1", a.record, WALL, T), a.record.resource_version)
             renewals.append(at)
@@ -244,9 +255,9 @@ def test_renewals_keep_the_lease_and_a_foreign_holder_ends_them() -> None:
     clock, store = Clock(), FakeLeases()
     a = LeaderElector(store, "a_1", T, clock=clock)
     assert a.acquire(sleeper(clock, 1))
-    assert a.renew_until_lost(sleeper(clock, 9)) is None  # stopped by the process, not by a loss
+    assert a.renew_until_lost(sleeper(clock, 29)) is None  # stopped by the process, not by a loss
     assert store.record is not None and store.record.holder == "a_1" and len(store.writes) == 1 + 4
-    assert a.renewed_at == 8.0
+    assert a.renewed_at == 4 * T.renew_interval_seconds
     # someone else takes the Lease (an admin, or a standby that judged it expired): the next renewal conflicts
     store._write(acquired_spec("b_1", store.record, WALL, T))
     reason = a.renew_until_lost(sleeper(clock, 100))
@@ -260,8 +271,9 @@ def test_a_changed_but_still_held_lease_is_renewed_over_its_new_version() -> Non
     assert a.acquire(sleeper(clock, 1))
     assert store.record is not None
     store._write(renewed_spec("a_1", store.record, WALL, T))  # e.g. a label edit bumps the version
-    assert a.renew_until_lost(sleeper(clock, 5)) is None
-    assert store.record.holder == "a_1" and a.record == store.record and a.renewed_at == 4.0
+    assert a.renew_until_lost(sleeper(clock, 9)) is None
+    # the renewal at 7 s conflicts; the one a retry period later names the new version and succeeds
+    assert store.record.holder == "a_1" and a.record == store.record and a.renewed_at == 8.0
 
 
 def test_the_watchdog_fires_when_renewals_fail_for_the_renew_deadline() -> None:
@@ -269,12 +281,32 @@ def test_the_watchdog_fires_when_renewals_fail_for_the_renew_deadline() -> None:
     a = LeaderElector(store, "a_1", T, clock=clock)
     assert a.acquire(sleeper(clock, 1))
     store.errors = [ApiException(status=500), OSError("connection refused"), ApiException(status=503)]
-    assert a.renew_until_lost(sleeper(clock, 7)) is None  # every attempt failed: renewed_at stays at 0
-    assert a.renewed_at == 0.0
+    assert a.renew_until_lost(sleeper(clock, 9.5)) is None  # attempts at 7, 8, 9 s failed: renewed_at stays 0
+    assert a.renewed_at == 0.0 and not store.errors
     clock.now = 0.0
     reason = a.watch(sleeper(clock, 60))
-    assert reason == "no renewal for 7 s"
+    assert reason == "no renewal for 11 s"
     assert clock.now == pytest.approx(T.renew_deadline_seconds)
+
+
+def test_renewals_come_every_renew_interval_and_a_failed_one_is_retried_a_retry_period_later() -> None:
+    """The renewal's period is the operator's fixed API cost; a failure must not wait that long again, or a short
+    API stall would leave no second attempt before the renew deadline."""
+    clock, store = Clock(), FakeLeases()
+    a = LeaderElector(store, "a_1", T, clock=clock)
+    assert a.acquire(sleeper(clock, 1))
+    attempts: list[float] = []
+    replace = store.replace
+
+    def timed_replace(spec: Mapping[str, Any], resource_version: str) -> LeaseRecord | None:
+        attempts.append(clock.now)
+        return replace(spec, resource_version)
+
+    store.replace = timed_replace  # type: ignore[method-assign]
+    store.errors = [OSError("reset"), ApiException(status=503)]  # the first two attempts fail
+    assert a.renew_until_lost(sleeper(clock, 30)) is None
+    assert attempts == [7.0, 8.0, 9.0, 16.0, 23.0, 30.0]
+    assert a.renewed_at == 30.0
 
 
 def test_a_released_lease_is_taken_at_the_next_attempt() -> None:
@@ -344,7 +376,7 @@ def test_lease_client_calls_are_bounded_and_versioned() -> None:
     leases = lease_client(fake)
     assert leases.read() == LeaseRecord("a_1", 0, None, None, 0, "42")
     created = leases.create(acquired_spec("a_1", None, WALL, T))
-    assert created is not None and created.holder == "a_1" and created.lease_seconds == 10
+    assert created is not None and created.holder == "a_1" and created.lease_seconds == 13
     replaced = leases.replace(renewed_spec("a_1", created, WALL, T), "41")
     assert replaced is not None and replaced.resource_version == "42"
     assert [verb for verb, _ in fake.calls] == ["get", "create", "update"]
@@ -372,7 +404,7 @@ def test_lease_record_round_trips_through_the_body() -> None:
     assert body["metadata"]["resourceVersion"] == "41" and body["kind"] == "Lease"
     record = record_from_lease(body)
     assert replace(record, resource_version="x") == LeaseRecord(
-        "a_1", 10, spec["acquireTime"], spec["renewTime"], 0, "x"
+        "a_1", T.lease_seconds, spec["acquireTime"], spec["renewTime"], 0, "x"
     )
 
 
@@ -411,3 +443,16 @@ def test_run_flags_for_leader_election_and_metrics() -> None:
         with pytest.raises(SystemExit) as exit_info:
             parser.parse_args(["run", "--metrics-port", bad])
         assert exit_info.value.code == 2
+
+
+def test_run_flags_set_the_election_timing_and_refuse_two_writers(capsys: pytest.CaptureFixture[str]) -> None:
+    parser = build_parser()
+    assert leader_timing(parser.parse_args(["run"])) == Timing()
+    args = parser.parse_args(
+        ["run", "--leader-election-lease-duration", "30", "--leader-election-renew-deadline", "20",
+         "--leader-election-renew-interval", "2", "--leader-election-retry-period", "2"]
+    )  # fmt: skip
+    assert leader_timing(args) == Timing(30, 20.0, 2.0, 2.0)
+    # a renewal that comes after the deadline: refused before anything starts (run_operator is never reached)
+    assert main(["run", "--leader-elect", "--leader-election-renew-interval", "12"]) == 2
+    assert "renew interval 12 s, renew deadline 11 s" in capsys.readouterr().err

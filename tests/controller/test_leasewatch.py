@@ -8,7 +8,8 @@ from typing import Any
 
 from kubernetes.client.exceptions import ApiException
 
-from sglang_operator.controller.leader import LeaderElector, Timing
+from sglang_operator.controller.leader import LeaderElector
+from sglang_operator.controller.leasetiming import Timing
 from sglang_operator.controller.leasewatch import WatchedLeases
 
 from .test_leader import Clock, FakeLeases, sleeper
@@ -47,7 +48,7 @@ class FakeWatch:
 def lease(version: int, holder: str) -> dict[str, Any]:
     return {
         "metadata": {"resourceVersion": str(version)},
-        "spec": {"holderIdentity": holder, "leaseDurationSeconds": 10},
+        "spec": {"holderIdentity": holder, "leaseDurationSeconds": Timing().lease_seconds},
     }
 
 

@@ -50,7 +50,7 @@ from .supervisor import KINDS, Live, Stopped, Supervisor, patch_cr, per_cr_loop
 from .workqueue import Preempted, Priority, backoff_seconds, pool_size, resync_seconds, run_in_pool
 
 log = logging.getLogger(__name__)
-WATCH_SERVER_TIMEOUT_SECONDS = 300
+WATCH_SERVER_TIMEOUT_SECONDS = 600
 FOLLOW_UP_SECONDS = 1.0
 """After a pass that changed the routers' lists, the next pass comes this soon, at registration's priority: it sees
 the new lists and writes the status they make (the CR Ready), instead of a resync period and the queue's wait later
@@ -158,9 +158,10 @@ async def configure(settings: kopf.OperatorSettings, **_: Any) -> None:
     settings.persistence.finalizer = f"{GROUP}/kopf-unused"
     settings.persistence.diffbase_storage = NoDiffBase()
     settings.posting.level = logging.WARNING
-    # A watch the API server ends after 5 min is reopened by kopf: a few requests a minute for every watched kind,
-    # the operator's whole cost when nothing changes (docs/scale.md; at 60 s it was 21 a minute). The client's
-    # timeout ends a watch the server has silently dropped.
+    # A watch the API server ends after 10 min is reopened by kopf: one request per watched kind and replica, with
+    # the Lease's renewals the operator's whole cost when nothing changes (docs/scale.md; at 60 s it was 21 a
+    # minute, at 5 min about 1). client-go's informers reopen theirs after 5 to 10 min. The client's timeout ends a
+    # watch the server has silently dropped.
     settings.watching.server_timeout = WATCH_SERVER_TIMEOUT_SECONDS
     settings.watching.client_timeout = WATCH_SERVER_TIMEOUT_SECONDS + 30
     settings.networking.request_timeout = 30

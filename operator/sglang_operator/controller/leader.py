@@ -32,6 +32,8 @@ import urllib3
 from kubernetes import client
 from kubernetes.client.exceptions import ApiException
 
+from .leasetiming import Timing
+
 log = logging.getLogger(__name__)
 
 LEASE_NAME: Final = "sglang-operator-leader"
@@ -39,24 +41,10 @@ IN_CLUSTER_NAMESPACE_FILE: Final = Path("/var/run/secrets/kubernetes.io/servicea
 POD_NAME_ENV: Final = "POD_NAME"
 POD_NAMESPACE_ENV: Final = "POD_NAMESPACE"
 LEASE_API_TIMEOUT: Final = (2.0, 4.0)
-"""`_request_timeout` of every Lease call: a call that hangs must end well inside the renew deadline, so the holder
-still has time for another attempt (connect 2 s + read 4 s < 7 s)."""
+"""`_request_timeout` of every Lease call: a renewal sent at its interval that hangs has its answer or its error
+by the renew deadline (7 s + 4 s), so a slow answer still counts and a lost one does not block the next attempt."""
 WATCHDOG_TICK_SECONDS: Final = 0.25
-
-
-@dataclass(frozen=True)
-class Timing:
-    """client-go's three durations, shortened so that a standby takes over within 15 s of the leader's death:
-    the standby sees the last renewal at most `retry_seconds` after it was written and waits `lease_seconds` from
-    then, so the takeover comes at most `lease_seconds + retry_seconds` (+ one request) after the last renewal."""
-
-    lease_seconds: int = 10
-    renew_deadline_seconds: float = 7.0
-    retry_seconds: float = 2.0
-
-    def __post_init__(self) -> None:
-        if not 0 < self.retry_seconds < self.renew_deadline_seconds < self.lease_seconds:
-            raise ValueError(f"need 0 < retry < renew deadline < lease duration, got {self}")
+DEFAULT_TIMING: Final = Timing()
 
 
 @dataclass(frozen=True)
@@ -281,7 +269,7 @@ class LeaderElector:
         self,
         leases: Leases,
         identity: str,
-        timing: Timing = Timing(),
+        timing: Timing = DEFAULT_TIMING,
         clock: Callable[[], float] = time.monotonic,
         wall: Callable[[], datetime] = lambda: datetime.now(UTC),
     ) -> None:
@@ -330,11 +318,14 @@ class LeaderElector:
                 return False
 
     def renew_until_lost(self, wait: Callable[[float], bool]) -> str | None:
-        """Renew every retry period until `wait` reports stopping (None) or the Lease is lost: another holder
-        took it (returns why). A renewal that fails for a while is the watchdog's business (`watch`)."""
-        while not wait(self.timing.retry_seconds):
+        """Renew every renew interval, and a retry period after a failed attempt, until `wait` reports stopping
+        (None) or the Lease is lost: another holder took it (returns why). A renewal that fails for a while is the
+        watchdog's business (`watch`)."""
+        pause = self.timing.renew_interval_seconds
+        while not wait(pause):
             self.heartbeat = self.clock()
             assert self.record is not None, "renew_until_lost before acquire"
+            pause = self.timing.retry_seconds  # unless this attempt succeeds
             sent = self.clock()
             try:
                 written = self.leases.replace(
@@ -344,12 +335,13 @@ class LeaderElector:
                     current = self.leases.read()
                     if current is None or current.holder != self.identity:
                         return f"the Lease is now held by {current.holder if current else 'nobody (deleted)'!r}"
-                    self.record = current  # still ours (a label changed): the next tick renews over this version
+                    self.record = current  # still ours (a label changed): renew over this version at once
                     continue
             except TRANSIENT_ERRORS as exc:
-                log.warning("leader election: renewal failed (%s)", exc)
+                log.warning("leader election: renewal failed (%s); retrying in %g s", exc, pause)
                 continue
             self.record, self.renewed_at = written, sent
+            pause = self.timing.renew_interval_seconds
         return None
 
     def watch(self, wait: Callable[[float], bool]) -> str | None:

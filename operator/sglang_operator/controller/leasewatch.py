@@ -1,6 +1,6 @@
 """A standby's view of the Lease from one watch, instead of a GET every retry period.
 
-A standby reads the Lease every `retry_seconds` (2 s) to see whether the holder still renews: 30 requests a minute
+A standby reads the Lease every `retry_seconds` (1 s) to see whether the holder still renews: 60 requests a minute
 that change nothing (docs/scale.md). `WatchedLeases` keeps one watch on the Lease and answers `read` from the last
 version it delivered while the watch is up, and from the API server (a GET) while it is not, so the elector and its
 decisions (`leader.standby_verdict`) are unchanged: they depend only on the version read and on when it was first
@@ -27,7 +27,7 @@ from .leader import TRANSIENT_ERRORS, LeaseClient, LeaseRecord, Leases, record_f
 
 log = logging.getLogger(__name__)
 
-WATCH_SECONDS: Final = 300
+WATCH_SECONDS: Final = 600
 """How long the API server keeps one watch open; the watch is then opened again after one GET."""
 RETRY_SECONDS: Final = 2.0
 """After a failed GET or watch, the next attempt waits this long (reads meanwhile are GETs)."""

@@ -28,6 +28,7 @@ import prometheus_client
 
 from .. import metrics
 from . import leader
+from .leasetiming import Timing
 from .leasewatch import WatchedLeases, lease_events
 
 log = logging.getLogger(__name__)
@@ -84,7 +85,7 @@ class LeaderElection:
     namespace: str
     name: str
     identity: str
-    timing: leader.Timing = field(default_factory=leader.Timing)
+    timing: Timing = field(default_factory=Timing)
 
 
 def serve_metrics(port: int, address: str) -> None:
