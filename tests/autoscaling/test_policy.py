@@ -16,6 +16,7 @@ from sglang_operator.autoscaling.envelope import ENVELOPE_HOLD_S, declining_leve
 from sglang_operator.autoscaling.policy import (
     MAX_MEMORY,
     decide,
+    declining_slope,
     largest_rise,
     prune_history,
     sustained_slope,
@@ -253,6 +254,54 @@ def test_bursty_traffic_is_not_projected() -> None:
     steady = Run(spec(), desired=4)
     steady.play([Step(0, reading(100, 0, bursty=(100, 200), trend=rising), 5, reason="rising 10 req/s per minute")])
     assert steady.decisions[0].observed["projectedQps"] == pytest.approx(115)
+
+
+FALL = [160, 154, 148, 142, 136, 130, 124, 118, 112, 106, 100]  # -6 req/s a minute for ten minutes
+
+
+@pytest.mark.parametrize(
+    ("rates", "slope"),
+    [
+        (FALL, -0.1),
+        ([400, *FALL], -0.1),  # readings older than ten minutes do not count
+        (FALL[1:], -0.1),  # nine minutes of the ten: enough
+        (FALL[2:], None),  # eight: less history than the span (a young Prometheus)
+        ([100, 95, 97, 90, 92, 85, 88, 80, 83, 75, 78], pytest.approx(-0.0388, abs=1e-4)),  # noisy, but on a line
+        ([100, 100, 100, 90, 80, 70, 60, 50, 50, 50, 50], pytest.approx(-0.106, abs=1e-3)),  # a ramp to a plateau
+        ([100, 100, 100, 100, 100, 50, 50, 50, 50, 50, 50], None),  # a drop (a burst leaving the window): no line
+        ([100, 101, 99, 100, 102, 98, 100, 101, 99, 100, 100], None),  # level traffic
+        ([100, 90, 80, 70, 60, 50, 60, 70, 80, 90, 100], None),  # a wave's trough
+        ([100, 80, 100, 80, 100, 80, 100, 80, 100, 80, 100], None),  # on/off
+        (FALL[::-1], None),  # a rise
+    ],
+)
+def test_a_steady_decline_is_a_falling_line_over_ten_minutes(rates: list[float], slope: Any) -> None:
+    assert declining_slope(series(1000.0, rates)) == slope
+
+
+def test_a_steady_decline_holds_no_older_rate() -> None:
+    # 100 req/s, falling 6 req/s a minute. The busiest 30 s of the last two minutes (200 req/s), the bursty rule's
+    # busiest minute (300 req/s, 3 x the mean) and two blocks of the envelope (300 req/s) are the traffic's past
+    # level. On level traffic each of them sizes the fleet; on the decline the fleet is sized for the rate now:
+    # 100 x 1.3 / 32 = 4.06 replicas, and 5 (below 6's band) is recommended.
+    level = [100.0] * 11
+    for trend, recommended, why in (
+        (FALL, 5, "100 req/s falling 6 req/s per minute"),
+        (level, 8, "bursty traffic"),  # 300 / 32 = 9.4 with the bursty band (20 %): 8 holds it
+        (None, 8, "bursty traffic"),  # no series: no verdict
+    ):
+        fleet = FleetState(6, 6, concurrency_per_replica=C)
+        d = decide(fleet, reading(100, 600, peak=200, bursty=(100, 300), trend=trend), spec(), (), 600.0)
+        assert d.recommendation == recommended and why in d.reason, d.reason
+    # Without the bursty reading: the peak term (200 x 1.15 / 32 = 7.2: 7) binds on level traffic, and with the
+    # envelope's blocks the envelope (300 x 1.15 x 1.05 / 32 = 11.3: 11); on the decline neither does.
+    held = (Block(0.0, 300.0, 2000.0, 20), Block(300.0, 300.0, 2000.0, 20))
+    for trend, envelope, recommended in ((FALL, (), 5), (level, (), 7), (FALL, held, 5), (level, held, 11)):
+        fleet = FleetState(6, 6, concurrency_per_replica=C)
+        d = decide(fleet, reading(100, 600, peak=200, trend=trend), spec(), (), 600.0, envelope)
+        assert d.recommendation == recommended, d.reason
+        assert ("envelopeQps" in d.observed) == (trend is level and envelope == held)
+        assert d.observed.get("fallingQpsPerMinute") == (pytest.approx(6) if trend is FALL else None)
 
 
 def test_burst_enters_panic_and_skips_the_step_limit() -> None:

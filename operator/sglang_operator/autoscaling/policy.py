@@ -16,8 +16,10 @@ How one decision is made (docs/autoscaling.md has the reasons, docs/autoscaling-
    started for it arrives after it), while a day's sustained decline releases it (`envelope.py`; a steady rise or
    decline is read off a line, not the lagging mean). While the stable rate has risen at every step for several
    minutes to a level it has not had in the last ten (a ramp, not a step, noise or a wave: `sustainedRise`), it is
-   projected along that rise over the start-up delay first. A GPU-utilisation target can only raise it; any
-   traffic keeps one replica.
+   projected along that rise over the start-up delay first. While the stable rate of the last ten minutes falls
+   along a line (a steady decline), the older, higher rates are no bursts: the envelope is not held, the peak is
+   the latest short-window rate and the bursty rule is off (`declining_slope`). A GPU-utilisation target can only
+   raise it; any traffic keeps one replica.
 4. Backlog: queued requests beyond what the fleet tolerates are a one-off debt, paid with extra replicas that drain
    them within one start-up delay. That part is not remembered, so it leaves as soon as the queue does.
 5. HPA-style tolerance around the current count (optionally wider below it).
@@ -44,6 +46,11 @@ from .signals import Block, Decision, FleetState, Mode, Recommendation, Samples,
 
 # Enough memory for a 300 s window at a 15 s interval even before compaction; compaction usually keeps far fewer.
 MAX_MEMORY = 20
+# A steady decline: the stable-rate readings of the last DECLINE_FIT_S (at least DECLINE_COVER of it covered) lie
+# along a falling line that explains at least DECLINE_LINE_FIT of their variance.
+DECLINE_FIT_S = 600.0
+DECLINE_COVER = 0.9
+DECLINE_LINE_FIT = 0.85
 
 
 @dataclass(frozen=True)
@@ -90,10 +97,15 @@ def decide(
 
     blocks = update_envelope(envelope, samples, now)
     burst_envelope = envelope_qps(blocks, now) if (samples.qps or 0.0) > 0 else 0.0  # idle: nothing to hold for
-    rule, rates, regime = _regime(spec, samples)
+    fall = declining_slope(samples.qps_trend)
+    if fall is None:
+        rule, rates, regime = _regime(spec, samples)
+    else:  # the older, higher rates of a decline are no bursts: not held, not peaks, not a bursty regime
+        burst_envelope = 0.0
+        rule, rates, regime = spec, samples.with_fields(qps_peak=samples.qps_burst), None
     slope = None if regime else sustained_slope(samples.qps_trend, spec.sustained_rise)
     demand = _demand(
-        current, rates, rule, slope, burst_envelope * (1.0 + spec.targets.burst_headroom) * ENVELOPE_MARGIN
+        current, rates, rule, slope, burst_envelope * (1.0 + spec.targets.burst_headroom) * ENVELOPE_MARGIN, fall
     )
     if regime:
         demand = replace(demand, why=f"{regime}; {demand.why}")
@@ -280,14 +292,46 @@ def sustained_slope(trend: Sequence[tuple[float, float]] | None, rule: Sustained
     return (rates[-1] - rates[0]) / (rule.steps * rule.step_seconds)
 
 
+def declining_slope(trend: Sequence[tuple[float, float]] | None) -> float | None:
+    """The stable rate's slope (req/s per second, negative) when its readings of the last DECLINE_FIT_S lie along
+    a falling line, else None.
+
+    The line is the least-squares line through the readings (at least DECLINE_COVER of the span covered), and must
+    explain at least DECLINE_LINE_FIT of their variance. A decline makes every older rate a higher one: the busiest
+    short-window rate of the last minutes, the blocks of the burst envelope and the bursty rule's busiest minute
+    all read the traffic's past level, not a burst. Traffic that keeps its level, swings (a wave, on/off) or bursts
+    fits no such line over ten minutes; a day's evening decline is too slow against its noise to fit one either.
+    """
+    if not trend:
+        return None
+    since = trend[-1][0] - DECLINE_FIT_S
+    points = [(time, rate) for time, rate in trend if time >= since]
+    if len(points) < 3 or points[-1][0] - points[0][0] < DECLINE_COVER * DECLINE_FIT_S:
+        return None
+    mx = sum(time for time, _ in points) / len(points)
+    my = sum(rate for _, rate in points) / len(points)
+    sxx = sum((time - mx) ** 2 for time, _ in points)
+    syy = sum((rate - my) ** 2 for _, rate in points)
+    sxy = sum((time - mx) * (rate - my) for time, rate in points)
+    if sxy >= 0 or syy <= 0 or sxy * sxy < DECLINE_LINE_FIT * sxx * syy:
+        return None
+    return sxy / sxx
+
+
 def _demand(
-    current: FleetState, samples: Samples, spec: AutoscalingSpec, slope: float | None, envelope_load: float = 0.0
+    current: FleetState,
+    samples: Samples,
+    spec: AutoscalingSpec,
+    slope: float | None,
+    envelope_load: float = 0.0,
+    fall: float | None = None,
 ) -> Demand:
     """Fractional replicas the signals ask for, their parts (for status) and a sentence explaining them.
 
     `slope` (req/s per second) is a sustained rise of the stable rate: the rate is then projected by
     `sustainedRise.projection` x slope over the start-up delay plus the stable window's lag (half its length).
-    `envelope_load` is the burst envelope with its headroom (req/s).
+    `envelope_load` is the burst envelope with its headroom (req/s). `fall` (req/s per second) is a steady decline,
+    for the reason and status only: the caller has already left the envelope and the older peaks out.
     """
     c = max(1, current.concurrency_per_replica)
     targets = spec.targets
@@ -300,6 +344,9 @@ def _demand(
 
     capacity = 0.0
     why = f"{qps:.3g} req/s"
+    if fall is not None:
+        why = f"{qps:.3g} req/s falling {-60 * fall:.3g} req/s per minute"
+        parts["fallingQpsPerMinute"] = -60 * fall
     if slope is not None:
         lead = spec.startup_seconds + spec.windows.rate_seconds / 2
         projected = qps + spec.sustained_rise.projection * slope * lead
@@ -309,7 +356,9 @@ def _demand(
         stable_load = qps * (1.0 + targets.headroom)
         burst_load = peak * (1.0 + targets.burst_headroom)
         capacity = replicas_exact(max(stable_load, burst_load, envelope_load), slot, c)
-        basis = f"{peak:.3g} req/s peak" if burst_load > stable_load else why
+        basis = why
+        if burst_load > stable_load:
+            basis = f"{peak:.3g} req/s peak" + (f" ({why})" if fall is not None else "")
         if envelope_load > max(stable_load, burst_load):
             basis = f"{envelope_load:.3g} req/s burst envelope ({qps:.3g} req/s now)"
             parts["envelopeQps"] = envelope_load
