@@ -335,7 +335,7 @@ class LeaderElector:
                     current = self.leases.read()
                     if current is None or current.holder != self.identity:
                         return f"the Lease is now held by {current.holder if current else 'nobody (deleted)'!r}"
-                    self.record = current  # still ours (a label changed): renew over this version at once
+                    self.record = current  # still ours (a label changed): renew over it a retry period later
                     continue
             except TRANSIENT_ERRORS as exc:
                 log.warning("leader election: renewal failed (%s); retrying in %g s", exc, pause)
