@@ -323,8 +323,7 @@ def _add_policy_flags(parser: argparse.ArgumentParser) -> None:
 LEADER_RENEW_DEADLINE_HELP = "the holder stops this long after its last successful renewal; keep it 2 s or more \
 under the lease duration"
 LEADER_RENEW_INTERVAL_HELP = "the holder renews this often: the operator's fixed API cost when nothing changes"
-LEADER_RETRY_HELP = "after a failed renewal or write, the next attempt comes this soon; a standby looks at the Lease \
-this often"
+LEADER_RETRY_HELP = "after a failed renewal, read or write of the Lease, the next attempt comes this soon"
 
 
 def build_parser() -> argparse.ArgumentParser:

@@ -56,7 +56,7 @@ def lease(holder: str, rv: str = "1", seconds: int = 10, transitions: int = 0) -
     ],
 )
 def test_standby_verdict(record: LeaseRecord | None, since: float, now: float, expected: tuple[Verdict, float]) -> None:
-    assert standby_verdict("me_1", Observed(record, since), now, T) == expected
+    assert standby_verdict("me_1", Observed(record, since), now, T.retry_seconds) == expected
 
 
 def test_expiry_counts_from_first_sight_not_from_the_leases_wall_clock() -> None:
@@ -64,11 +64,11 @@ def test_expiry_counts_from_first_sight_not_from_the_leases_wall_clock() -> None
     wait a whole lease duration after it first saw this version, and a renewal (a new version) restarts that."""
     first = observe(None, lease("other_1", rv="7"), now=100.0)
     assert observe(first, lease("other_1", rv="7"), now=105.0) is first
-    assert standby_verdict("me_1", first, 109.9, T)[0] is Verdict.WAIT
+    assert standby_verdict("me_1", first, 109.9, 1.0)[0] is Verdict.WAIT
     renewed = observe(first, lease("other_1", rv="8"), now=108.0)
     assert renewed.since == 108.0
-    assert standby_verdict("me_1", renewed, 112.0, T)[0] is Verdict.WAIT
-    assert standby_verdict("me_1", renewed, 118.0, T)[0] is Verdict.TAKE
+    assert standby_verdict("me_1", renewed, 112.0, 1.0)[0] is Verdict.WAIT
+    assert standby_verdict("me_1", renewed, 118.0, 1.0)[0] is Verdict.TAKE
     gone = observe(renewed, None, now=119.0)
     assert gone == Observed(None, 119.0) and observe(gone, None, 120.0) is gone
 
@@ -241,7 +241,7 @@ def test_two_candidates_racing_for_an_expired_lease_one_wins() -> None:
     b, c = LeaderElector(store, "b_1", T, clock=clock), LeaderElector(store, "c_1", T, clock=clock)
     observed = observe(None, store.read(), 0.0)
     clock.now = 10.0
-    assert standby_verdict("b_1", observed, clock.now, T)[0] is Verdict.TAKE
+    assert standby_verdict("b_1", observed, clock.now, 1.0)[0] is Verdict.TAKE
     # both decided on version 5; b writes first, c's write over version 5 is then a conflict
     assert store.replace(acquired_spec("b_1", observed.record, WALL, T), "5") is not None
     assert store.replace(acquired_spec("c_1", observed.record, WALL, T), "5") is None

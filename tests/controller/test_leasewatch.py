@@ -10,7 +10,7 @@ from kubernetes.client.exceptions import ApiException
 
 from sglang_operator.controller.leader import LeaderElector
 from sglang_operator.controller.leasetiming import Timing
-from sglang_operator.controller.leasewatch import WatchedLeases
+from sglang_operator.controller.leasewatch import LOOK_SECONDS, WatchedLeases
 
 from .test_leader import Clock, FakeLeases, sleeper
 
@@ -120,13 +120,13 @@ def test_an_event_that_is_not_a_lease_is_a_failed_watch_not_a_crash() -> None:
 
 def test_the_standby_takes_over_through_the_watch_as_it_did_reading() -> None:
     """The leader renews through the API server; the standby sees each renewal as a watch event and takes the
-    Lease once no new version arrived for the lease duration, with one GET in all."""
+    Lease once no new version arrived for the lease duration, with one GET in all, within one look of the expiry."""
     clock, store, watch = Clock(), FakeLeases(), FakeWatch()
     timing = Timing()
     leader = LeaderElector(store, "a", timing, clock=clock)
     assert leader.acquire(sleeper(clock, 100))
     leases = started(store, watch)
-    standby = LeaderElector(leases, "b", timing, clock=clock)
+    standby = LeaderElector(leases, "b", timing, clock=clock, look_seconds=LOOK_SECONDS)
     renewals = iter(range(5))
 
     def leader_renews_then_dies() -> None:
@@ -138,7 +138,8 @@ def test_the_standby_takes_over_through_the_watch_as_it_did_reading() -> None:
 
     assert standby.acquire(sleeper(clock, 100, each=leader_renews_then_dies))
     assert store.record is not None and store.record.holder == "b"
-    assert 5 * timing.retry_seconds + timing.lease_seconds <= clock.now <= 5 * timing.retry_seconds + 15
+    last_renewal = 5 * LOOK_SECONDS  # one renewal after each of the standby's first five looks
+    assert last_renewal + timing.lease_seconds <= clock.now <= last_renewal + timing.lease_seconds + LOOK_SECONDS
     assert leases.gets == 1
     leases.stop()
     watch.feed.put(END)
@@ -161,3 +162,25 @@ def test_without_the_right_to_watch_the_standby_reads_as_before_and_stops_trying
     gets = leases.gets
     record = leases.read()
     assert record is not None and record.resource_version == "1" and leases.gets == gets + 1
+
+
+def test_while_the_watch_is_down_reads_get_at_most_once_a_retry_period() -> None:
+    """The standby looks every LOOK_SECONDS; without a watch that must not become four GETs a second. Between GETs
+    it sees the last answer, which only makes a takeover later; a refused write still sends the next read to the
+    API server at once."""
+    clock, store, watch = Clock(), FakeLeases(), ForbiddenWatch()
+    store.create({"holderIdentity": "a", "leaseDurationSeconds": 10})
+    leases = WatchedLeases(store, watch, retry_seconds=2.0, clock=clock)
+    leases.start()
+    assert leases._thread is not None
+    leases._thread.join(timeout=5)
+    gets = leases.gets
+    first = leases.read()
+    store._write({"holderIdentity": "a", "leaseDurationSeconds": 10})  # a renewal
+    clock.now = 1.9
+    assert leases.read() == first and leases.gets == gets + 1
+    clock.now = 2.0
+    renewed = leases.read()
+    assert renewed is not None and renewed.resource_version == "2" and leases.gets == gets + 2
+    assert leases.replace({"holderIdentity": "b"}, "1") is None  # refused: the view is behind
+    assert leases.read() == renewed and leases.gets == gets + 3

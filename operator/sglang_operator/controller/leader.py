@@ -99,9 +99,9 @@ class Verdict(Enum):
     WAIT = "wait"  # another holder's Lease still runs
 
 
-def standby_verdict(identity: str, observed: Observed, now: float, timing: Timing) -> tuple[Verdict, float]:
-    """What a candidate that does not lead does now, and (for WAIT) how long it sleeps before reading again: the
-    retry period, or less when the Lease expires sooner, so that a takeover is not late by up to a whole period."""
+def standby_verdict(identity: str, observed: Observed, now: float, look_seconds: float) -> tuple[Verdict, float]:
+    """What a candidate that does not lead does now, and (for WAIT) how long it sleeps before reading again:
+    `look_seconds`, or less when the Lease expires sooner, so that a takeover is not late by up to a whole look."""
     record = observed.record
     if record is None:
         return Verdict.CREATE, 0.0
@@ -110,7 +110,7 @@ def standby_verdict(identity: str, observed: Observed, now: float, timing: Timin
     expires = observed.since + max(record.lease_seconds, 1)
     if now >= expires:
         return Verdict.TAKE, 0.0
-    return Verdict.WAIT, min(timing.retry_seconds, expires - now)
+    return Verdict.WAIT, min(look_seconds, expires - now)
 
 
 def must_step_down(last_renewed: float, now: float, timing: Timing) -> bool:
@@ -263,7 +263,11 @@ class LeaseClient:
 
 class LeaderElector:
     """Acquire, renew and release one Lease. `wait(seconds)` sleeps and returns True when the process is stopping
-    (a `threading.Event.wait`); `clock` is monotonic. Tests pass a fake Lease store and a fake clock."""
+    (a `threading.Event.wait`); `clock` is monotonic. Tests pass a fake Lease store and a fake clock.
+
+    A standby looks at the Lease every `look_seconds` (default: the retry period): it first sees a renewal up to one
+    look after it was written and takes over a lease duration after that. `runner` looks every
+    `leasewatch.LOOK_SECONDS` through a watch, where a look costs no request."""
 
     def __init__(
         self,
@@ -272,8 +276,10 @@ class LeaderElector:
         timing: Timing = DEFAULT_TIMING,
         clock: Callable[[], float] = time.monotonic,
         wall: Callable[[], datetime] = lambda: datetime.now(UTC),
+        look_seconds: float | None = None,
     ) -> None:
         self.leases, self.identity, self.timing, self.clock, self.wall = leases, identity, timing, clock, wall
+        self.look_seconds = timing.retry_seconds if look_seconds is None else look_seconds
         self.record: LeaseRecord | None = None  # the Lease as our last successful write left it
         self.renewed_at = float("-inf")  # when that write was sent
         self.heartbeat = clock()  # last attempt of either loop: the standby's liveness
@@ -292,7 +298,7 @@ class LeaderElector:
                     return False
                 continue
             observed = observe(observed, current, now)
-            verdict, pause = standby_verdict(self.identity, observed, now, self.timing)
+            verdict, pause = standby_verdict(self.identity, observed, now, self.look_seconds)
             if verdict is Verdict.WAIT:
                 if current is not None and current.holder != holder:
                     holder = current.holder

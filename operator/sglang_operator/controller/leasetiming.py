@@ -10,13 +10,13 @@ from dataclasses import dataclass
 class Timing:
     """The election's durations: client-go's three, with the renewal's period apart from the retry after a failure.
 
-    A standby takes over at most `lease_seconds` (+ one request) after the holder's last renewal, so within 15 s of
-    the holder's death. The holder renews every `renew_interval_seconds` and, after a failed attempt, every
-    `retry_seconds`, until `renew_deadline_seconds` after its last successful renewal: the API server may stall for
-    `renew_deadline_seconds - renew_interval_seconds` (4 s) at the worst moment before the holder must stop. The
-    renewal's period is the fleet's fixed cost when nothing changes (8.6 requests a minute at 7 s, where client-go's
-    2 s costs 30: docs/scale.md); `retry_seconds` is also the standby's look at its watched Lease, which costs no
-    request."""
+    A standby takes over at most `lease_seconds` (+ its quarter-second look at the watched Lease, + one request)
+    after the holder's last renewal, so within 15 s of the holder's death. The holder renews every
+    `renew_interval_seconds` and, after a failed attempt, every `retry_seconds`, until `renew_deadline_seconds`
+    after its last successful renewal: the API server may stall for `renew_deadline_seconds -
+    renew_interval_seconds` (4 s) at the worst moment before the holder must stop. The renewal's period is the
+    fleet's fixed cost when nothing changes (8.6 requests a minute at 7 s, where client-go's 2 s costs 30:
+    docs/scale.md)."""
 
     lease_seconds: int = 13
     renew_deadline_seconds: float = 11.0

@@ -1,8 +1,9 @@
 """A standby's view of the Lease from one watch, instead of a GET every retry period.
 
-A standby reads the Lease every `retry_seconds` (1 s) to see whether the holder still renews: 60 requests a minute
-that change nothing (docs/scale.md). `WatchedLeases` keeps one watch on the Lease and answers `read` from the last
-version it delivered while the watch is up, and from the API server (a GET) while it is not, so the elector and its
+A standby looks at the Lease every `LOOK_SECONDS` to see whether the holder still renews: a GET each time would
+cost 240 requests a minute that change nothing (at 2 s, 30: docs/scale.md). `WatchedLeases` keeps one watch on the
+Lease and answers `read` from the last version it delivered while the watch is up, and from the API server (a GET,
+at most one per `RETRY_SECONDS`, the last one's answer in between) while it is not, so the elector and its
 decisions (`leader.standby_verdict`) are unchanged: they depend only on the version read and on when it was first
 seen, and the watch delivers a new version no later than the next GET would have shown it.
 
@@ -17,6 +18,7 @@ from __future__ import annotations
 import json
 import logging
 import threading
+import time
 from collections.abc import Callable, Iterable, Iterator, Mapping
 from typing import Any, Final
 
@@ -30,7 +32,11 @@ log = logging.getLogger(__name__)
 WATCH_SECONDS: Final = 600
 """How long the API server keeps one watch open; the watch is then opened again after one GET."""
 RETRY_SECONDS: Final = 2.0
-"""After a failed GET or watch, the next attempt waits this long (reads meanwhile are GETs)."""
+"""After a failed GET or watch, the next attempt waits this long; while the watch is down, reads GET at most this
+often (a later first sight of a renewal only makes a takeover later, never earlier)."""
+LOOK_SECONDS: Final = 0.25
+"""How often the standby looks at its watched Lease: it first sees a renewal at most this late, so it takes over at
+most a lease duration and this long after the holder's last renewal (13.25 s)."""
 
 LeaseEvents = Callable[[str | None], Iterable[tuple[str, Mapping[str, Any]]]]
 """Opens a watch on the Lease from a resourceVersion (None: from now) and yields (event type, object)."""
@@ -63,11 +69,18 @@ class WatchedLeases:
     """The `leader.Leases` calls, with `read` served from a watch while it is up (see the module's docstring).
     `start` runs the watch in a daemon thread; `stop` ends it (the holder needs no reads but after a conflict)."""
 
-    def __init__(self, leases: Leases, events: LeaseEvents, retry_seconds: float = RETRY_SECONDS) -> None:
-        self.leases, self.events, self.retry_seconds = leases, events, retry_seconds
+    def __init__(
+        self,
+        leases: Leases,
+        events: LeaseEvents,
+        retry_seconds: float = RETRY_SECONDS,
+        clock: Callable[[], float] = time.monotonic,
+    ) -> None:
+        self.leases, self.events, self.retry_seconds, self.clock = leases, events, retry_seconds, clock
         self._lock = threading.Lock()
         self._fresh = False  # the watch is up and `_record` is the last version it delivered
         self._record: LeaseRecord | None = None
+        self._got: tuple[float, LeaseRecord | None] | None = None  # when the last read's GET was sent, its answer
         self._stopping = threading.Event()
         self._thread: threading.Thread | None = None
         self.gets = 0  # reads that went to the API server (the tests count them)
@@ -84,8 +97,14 @@ class WatchedLeases:
         with self._lock:
             if self._fresh:
                 return self._record
+            if self._got is not None and self.clock() - self._got[0] < self.retry_seconds:
+                return self._got[1]
         self.gets += 1
-        return self.leases.read()
+        sent = self.clock()
+        record = self.leases.read()
+        with self._lock:
+            self._got = (sent, record)
+        return record
 
     def create(self, spec: Mapping[str, Any]) -> LeaseRecord | None:
         return self._written(self.leases.create(spec))
@@ -95,7 +114,8 @@ class WatchedLeases:
 
     def _written(self, record: LeaseRecord | None) -> LeaseRecord | None:
         if record is None:  # another writer won: this view may be behind; the watch catches up, reads GET till then
-            self._invalidate()
+            with self._lock:
+                self._fresh, self._got = False, None
         return record
 
     def _invalidate(self) -> None:

@@ -29,7 +29,7 @@ import prometheus_client
 from .. import metrics
 from . import leader
 from .leasetiming import Timing
-from .leasewatch import WatchedLeases, lease_events
+from .leasewatch import LOOK_SECONDS, WatchedLeases, lease_events
 
 log = logging.getLogger(__name__)
 
@@ -165,7 +165,9 @@ def run_operator(
     if leader_election:
         lease_client = leader.LeaseClient(api_client(), leader_election.namespace, leader_election.name)
         leases = WatchedLeases(lease_client, lease_events(lease_client))  # the standby reads from one watch
-        elector = leader.LeaderElector(leases, leader_election.identity, leader_election.timing)
+        elector = leader.LeaderElector(
+            leases, leader_election.identity, leader_election.timing, look_seconds=LOOK_SECONDS
+        )
         _election_fresh.append(lambda: elector.clock() - elector.heartbeat < STANDBY_STALE_SECONDS)
         log.info(
             "leader election: %s competes for Lease %s/%s",
