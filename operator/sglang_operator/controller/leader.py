@@ -41,8 +41,9 @@ IN_CLUSTER_NAMESPACE_FILE: Final = Path("/var/run/secrets/kubernetes.io/servicea
 POD_NAME_ENV: Final = "POD_NAME"
 POD_NAMESPACE_ENV: Final = "POD_NAMESPACE"
 LEASE_API_TIMEOUT: Final = (2.0, 4.0)
-"""`_request_timeout` of every Lease call: a renewal sent at its interval that hangs has its answer or its error
-by the renew deadline (7 s + 4 s), so a slow answer still counts and a lost one does not block the next attempt."""
+"""`_request_timeout` of every Lease call (connect, read): a renewal sent at its interval over an open connection
+has its answer or its error by the renew deadline (7 s + 4 s), so a slow answer still counts; a call that cannot
+even connect ends after 2 s, leaving time for a retry. Either way the watchdog, not the call, decides to stop."""
 WATCHDOG_TICK_SECONDS: Final = 0.25
 DEFAULT_TIMING: Final = Timing()
 

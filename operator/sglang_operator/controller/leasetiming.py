@@ -15,7 +15,7 @@ class Timing:
     `renew_interval_seconds` and, after a failed attempt, every `retry_seconds`, until `renew_deadline_seconds`
     after its last successful renewal: the API server may stall for `renew_deadline_seconds -
     renew_interval_seconds` (4 s) at the worst moment before the holder must stop. The renewal's period is the
-    fleet's fixed cost when nothing changes (8.6 requests a minute at 7 s, where client-go's 2 s costs 30:
+    operator pair's main fixed cost when nothing changes (8.6 requests a minute at 7 s, where client-go's 2 s costs 30:
     docs/scale.md)."""
 
     lease_seconds: int = 13
