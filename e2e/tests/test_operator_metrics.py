@@ -12,6 +12,7 @@ it never touches what other tests leave behind.
 from __future__ import annotations
 
 import json
+import os
 import urllib.parse
 import urllib.request
 import uuid
@@ -78,7 +79,7 @@ def operators(cluster: ClusterInfo, api_client: client.ApiClient, namespace: str
 
 
 def test_leader_and_standby_expose_their_metrics(
-    operators: list[OperatorProcess], api_client: client.ApiClient, namespace: str
+    operators: list[OperatorProcess], cluster: ClusterInfo, api_client: client.ApiClient, namespace: str
 ) -> None:
     leader, standby = operators
     leader.start()
@@ -118,6 +119,36 @@ def test_leader_and_standby_expose_their_metrics(
     assert value(theirs, "sglang_operator_reconcile_duration_seconds_count") == 0  # a standby never reconciles
     standby_verbs = {lbls["verb"] for lbls, v in theirs["sglang_operator_kubernetes_requests_total"] if v}
     assert "get" in standby_verbs and standby_verbs <= {"get", "watch"}, f"the standby wrote: {standby_verbs}"
+
+    # Every connection either process holds to the API server (kopf's watches among them) has TCP keepalive
+    # armed, which is what lets the watches stay open 30 min (controller/keepalive.py).
+    port = urllib.parse.urlsplit(cluster.server).port or 443
+    for proc in (leader, standby):
+        assert proc.proc is not None
+        timers = api_connection_timers(proc.proc.pid, port)
+        assert len(timers) >= 5, f"kopf's watches not found among the connections of {proc.identity}: {timers}"
+        assert 0 not in timers, f"{proc.identity} holds API connections without keepalive: timers {timers}"
+
+
+def api_connection_timers(pid: int, port: int) -> list[int]:
+    """The kernel's timer kind (`tr` in /proc/net/tcp: 0 none, 1 retransmit, 2 keepalive) of each established TCP
+    connection process `pid` holds to `port`. An idle connection shows 2 only with SO_KEEPALIVE set."""
+    inodes = set()
+    for fd in Path(f"/proc/{pid}/fd").iterdir():
+        try:
+            target = os.readlink(fd)
+        except OSError:  # closed meanwhile
+            continue
+        if target.startswith("socket:["):
+            inodes.add(target[len("socket:[") : -1])
+    timers = []
+    for table in ("tcp", "tcp6"):
+        for line in Path(f"/proc/{pid}/net/{table}").read_text().splitlines()[1:]:
+            fields = line.split()
+            remote_port, state, timer, inode = int(fields[2].split(":")[1], 16), fields[3], fields[5], fields[9]
+            if inode in inodes and state == "01" and remote_port == port:  # 01: ESTABLISHED
+                timers.append(int(timer.split(":")[0], 16))
+    return timers
 
 
 # -- through the chart and the local Prometheus --------------------------------------------------------------------

@@ -50,7 +50,7 @@ from .supervisor import KINDS, Live, Stopped, Supervisor, patch_cr, per_cr_loop
 from .workqueue import Preempted, Priority, backoff_seconds, pool_size, resync_seconds, run_in_pool
 
 log = logging.getLogger(__name__)
-WATCH_SERVER_TIMEOUT_SECONDS = 600
+WATCH_SERVER_TIMEOUT_SECONDS = 1800
 FOLLOW_UP_SECONDS = 1.0
 """After a pass that changed the routers' lists, the next pass comes this soon, at registration's priority: it sees
 the new lists and writes the status they make (the CR Ready), instead of a resync period and the queue's wait later
@@ -158,10 +158,12 @@ async def configure(settings: kopf.OperatorSettings, **_: Any) -> None:
     settings.persistence.finalizer = f"{GROUP}/kopf-unused"
     settings.persistence.diffbase_storage = NoDiffBase()
     settings.posting.level = logging.WARNING
-    # A watch the API server ends after 10 min is reopened by kopf: one request per watched kind and replica, with
+    # A watch the API server ends after 30 min is reopened by kopf: one request per watched kind and replica, with
     # the Lease's renewals the operator's whole cost when nothing changes (docs/scale.md; at 60 s it was 21 a
-    # minute, at 5 min about 1). client-go's informers reopen theirs after 5 to 10 min. The client's timeout ends a
-    # watch the server has silently dropped.
+    # minute, at 10 min about 1.8). 30 min is the API server's own least when a client names none
+    # (--min-request-timeout). A connection that died silently is not left to this timeout: TCP keepalive ends it
+    # within about 3 min (`keepalive`), and kopf reopens the watch from its last version. The client's timeout ends
+    # a watch whose connection lives but whose server sends nothing.
     settings.watching.server_timeout = WATCH_SERVER_TIMEOUT_SECONDS
     settings.watching.client_timeout = WATCH_SERVER_TIMEOUT_SECONDS + 30
     settings.networking.request_timeout = 30

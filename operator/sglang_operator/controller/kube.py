@@ -12,6 +12,7 @@ from typing import Any, Final
 from kubernetes import client, config
 
 from .. import metrics
+from .keepalive import urllib3_socket_options
 
 API_TIMEOUT: Final = (5.0, 20.0)
 """`_request_timeout` of every Kubernetes call the operator makes: 5 s to connect, 20 s for each read. Every call
@@ -63,4 +64,6 @@ def api_client() -> client.ApiClient:
         config.load_incluster_config()
     except config.ConfigException:
         config.load_kube_config()
-    return CountingApiClient()
+    configuration = client.Configuration.get_default_copy()
+    configuration.socket_options = urllib3_socket_options()  # as the client does since 37, whatever the version
+    return CountingApiClient(configuration)

@@ -29,7 +29,7 @@ from .leader import TRANSIENT_ERRORS, LeaseClient, LeaseRecord, Leases, record_f
 
 log = logging.getLogger(__name__)
 
-WATCH_SECONDS: Final = 600
+WATCH_SECONDS: Final = 1800
 """How long the API server keeps one watch open; the watch is then opened again after one GET."""
 RETRY_SECONDS: Final = 2.0
 """After a failed GET or watch, the next attempt waits this long; while the watch is down, reads GET at most this

@@ -28,6 +28,7 @@ import prometheus_client
 
 from .. import metrics
 from . import leader
+from .keepalive import KeepaliveEventLoop
 from .leasetiming import Timing
 from .leasewatch import LOOK_SECONDS, WatchedLeases, lease_events
 
@@ -207,7 +208,8 @@ def run_operator(
         )
 
     try:
-        asyncio.run(main())
+        with asyncio.Runner(loop_factory=KeepaliveEventLoop) as runner:  # keepalive on kopf's connections too
+            runner.run(main())
     finally:
         stopping.set()
         for thread in threads:
