@@ -19,7 +19,9 @@ Measured per N (epoch times from a pod watch and a CR watch in this process):
 - register p50/p99: from a worker pod's Ready to its URL listed on every router of its fleet (real routers polled
   every 0.25 s; light routers stamp each POST /workers, read once at the end);
 - api_requests_per_min: after every CR is Ready and --settle-seconds, the operators' dispatched requests over
-  --quiet-seconds with nothing changing (A + B; the split and every client's total are kept in the JSON);
+  --quiet-seconds with nothing changing (A + B; the split and every client's total are kept in the JSON). The
+  operators reopen their watches every 30 min, all together: a window of 120 s shows the renewals and rarely a
+  restart; `--n 10 --quiet-seconds 1860` holds one restart of every watch, the long-run rate;
 - cpu_s / rss_mib: the leader's CPU seconds (utime + stime from /proc) up to the end of the quiet window, its CPU
   share in that window, its peak RSS (VmHWM);
 - handover_s: SIGKILL of the leader, a `kubectl scale` of one fleet to 2 right after, until the standby has created
