@@ -4,7 +4,7 @@ A watch whose connection died without a FIN or RST (a load balancer's idle timeo
 nothing: the client only learns of it when its own timeout ends the watch. Until then the caches it fills are stale
 and the CRs they serve are not reconciled on events. client-go does not rely on the watch's timeout for this: it
 dials the API server with TCP keepalive (30 s idle, then the kernel's probes), which also keeps an idle connection
-alive through a load balancer's idle timer. The kubernetes Python client does the same since version 37; kopf's
+alive through a load balancer's idle timer. Recent kubernetes Python clients do the same (37 does); kopf's
 aiohttp session does not. So `run` gives kopf an event loop whose TCP connections all get the same keepalive, and
 `kube.api_client` sets it on the sync client whatever its version. With dead connections noticed in about three
 minutes, the watches need not be reopened often to be safe (`handlers.WATCH_SERVER_TIMEOUT_SECONDS`).
@@ -24,8 +24,8 @@ last byte."""
 
 
 def keepalive_options() -> list[tuple[int, int, int]]:
-    """`(level, option, value)` for every keepalive option this platform has (Linux has all four; macOS names the
-    idle time differently and has no count before 10.15, so those are left out there). Pure."""
+    """`(level, option, value)` for every keepalive option this platform has (Linux has all four; one it lacks is
+    left out, the kernel's default then applies). Pure."""
     wanted = [
         (socket.SOL_SOCKET, "SO_KEEPALIVE", 1),
         (socket.IPPROTO_TCP, "TCP_KEEPIDLE", IDLE_SECONDS),

@@ -65,5 +65,5 @@ def api_client() -> client.ApiClient:
     except config.ConfigException:
         config.load_kube_config()
     configuration = client.Configuration.get_default_copy()
-    configuration.socket_options = urllib3_socket_options()  # as the client does since 37, whatever the version
+    configuration.socket_options = urllib3_socket_options()  # as recent clients do, whatever the version
     return CountingApiClient(configuration)
