@@ -159,7 +159,9 @@ def simulate(arrivals: np.ndarray, service: np.ndarray, ctrl: Controller, cfg: S
     e2e_sum, queue_sum = finished * cfg.history_slot_s, 0.0
     next_scrape, next_control = 0.0, getattr(ctrl, "offset", cfg.control_offset_s)
     area, last_t, events = 0.0, 0.0, 0
-    waited = [0.0] * (len(QUEUE_BUCKETS) + 1)  # admissions per queue-time bucket (the last: over every bound)
+    # Admissions per queue-time bucket (the last: over every bound). The counters continue the seeded history's, as
+    # a real counter does: its requests, admitted up to the trace's start, all waited 0 s.
+    waited = [finished] + [0.0] * len(QUEUE_BUCKETS)
     tl_t: list[float] = []
     tl_rep: list[int] = []
     tl_ready: list[int] = []
