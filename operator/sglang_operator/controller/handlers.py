@@ -161,9 +161,9 @@ async def configure(settings: kopf.OperatorSettings, **_: Any) -> None:
     # A watch the API server ends after 30 min is reopened by kopf: one request per watched kind and replica, with
     # the Lease's renewals the operator's whole cost when nothing changes (docs/scale.md; at 60 s it was 21 a
     # minute, at 10 min about 1.8). 30 min is the API server's own least when a client names none
-    # (--min-request-timeout). A connection that died silently is not left to this timeout: TCP keepalive ends it
-    # within about 3 min (`keepalive`), and kopf reopens the watch from its last version. The client's timeout ends
-    # a watch whose connection lives but whose server sends nothing.
+    # (--min-request-timeout). A connection that died silently is not left to this timeout: kopf reopens a watch
+    # that has shown nothing, not even a bookmark, for 70 s (its inactivity timeout), and TCP keepalive ends a dead
+    # connection within about 3 min (`keepalive`); kopf then reopens the watch from its last version.
     settings.watching.server_timeout = WATCH_SERVER_TIMEOUT_SECONDS
     settings.watching.client_timeout = WATCH_SERVER_TIMEOUT_SECONDS + 30
     settings.networking.request_timeout = 30

@@ -1,13 +1,14 @@
 """TCP keepalive on every connection the operator opens, kopf's watches included.
 
-A watch whose connection died without a FIN or RST (a load balancer's idle timeout, a node or NAT entry gone) shows
-nothing: the client only learns of it when its own timeout ends the watch. Until then the caches it fills are stale
-and the CRs they serve are not reconciled on events. client-go does not rely on the watch's timeout for this: it
-dials the API server with TCP keepalive (30 s idle, then the kernel's probes), which also keeps an idle connection
-alive through a load balancer's idle timer. Recent kubernetes Python clients do the same (37 does); kopf's
-aiohttp session does not. So `run` gives kopf an event loop whose TCP connections all get the same keepalive, and
-`kube.api_client` sets it on the sync client whatever its version. With dead connections noticed in about three
-minutes, the watches need not be reopened often to be safe (`handlers.WATCH_SERVER_TIMEOUT_SECONDS`).
+A connection that died without a FIN or RST (a load balancer's idle timeout, a node or NAT entry gone) shows
+nothing: the client learns of it only from a timeout of its own. kopf 1.45 has one for its watches (no event, not
+even a bookmark, for 70 s); the kubernetes client's pooled connections (the Lease's renewals, the standby's Lease
+watch) have none. client-go dials the API server with TCP keepalive (30 s idle, then the
+kernel's probes), which lets the kernel end a dead connection and keeps an idle one alive through a load balancer's
+idle timer. Recent kubernetes Python clients do the same (37 does); kopf's aiohttp session does not. So `run` gives
+kopf an event loop whose TCP connections all get client-go's keepalive, and `kube.api_client` sets it on the sync
+client whatever its version. The watches' own timeout then only bounds a request's length
+(`handlers.WATCH_SERVER_TIMEOUT_SECONDS`).
 """
 
 import asyncio
