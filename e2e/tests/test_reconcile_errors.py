@@ -23,6 +23,8 @@ from kubernetes.client.exceptions import ApiException
 from localcluster.cluster import ClusterInfo
 from localcluster.fleet import Fleet, OperatorProcess, install_crd, simulated_example
 from localcluster.procs import log_tail, wait_for
+from sglang_operator.controller.apply import Writer
+from sglang_operator.controller.reconcile import describe_failure
 
 PODMONITOR_CRD = "podmonitors.monitoring.coreos.com"
 RESYNC_S = 5  # the operator's default resync period
@@ -176,3 +178,39 @@ def test_server_side_apply_drops_removed_fields_and_keeps_other_managers_fields(
     assert (deployment.spec.template.metadata.annotations or {}).get("injector.example.com/injected") == "true"
     managers = {(m.manager, m.operation) for m in deployment.metadata.managed_fields}
     assert ("sglang-operator", "Apply") in managers and ("policy-engine", "Update") in managers, managers
+
+
+def test_a_child_the_api_server_refuses_is_reported_with_its_fields(
+    api_client: client.ApiClient, namespace: str
+) -> None:
+    """A pod the API server refuses (422) gives status the fields it named, from the real `Status.details.causes`,
+    and not the values the tenant wrote: what a CR accepted by an older operator, or a rule admission does not know,
+    would show in `Degraded` instead of "422 Unprocessable Entity" alone."""
+    pod = {
+        "apiVersion": "v1",
+        "kind": "Pod",
+        "metadata": {"name": "refused", "namespace": namespace},
+        "spec": {
+            "initContainers": [{"name": "sglang", "image": "busybox:1.36"}],
+            "containers": [
+                {
+                    "name": "sglang",
+                    "image": "busybox:1.36",
+                    "volumeMounts": [{"name": "cache", "mountPath": "/c", "subPath": "../secret-dir"}],
+                }
+            ],
+            "volumes": [{"name": "cache", "emptyDir": {}}],
+        },
+    }
+    with pytest.raises(ApiException) as refused:
+        Writer(api_client).create_pod(pod)
+    message = describe_failure("applying the replica plan", refused.value)
+    assert message.startswith(
+        "applying the replica plan: the API server answered 422 Unprocessable Entity: Pod refused: "
+    )
+    assert (
+        "spec.containers[0].volumeMounts[0].subPath: Invalid value: must not contain '..' (FieldValueInvalid)"
+        in message
+    )
+    assert "spec.initContainers[0].name" in message
+    assert "secret-dir" not in message

@@ -41,6 +41,7 @@ from ..api.spec import SecretKeyRef, SGLangDeploymentSpec
 from ..api.validation import check_pod_policy, parse_spec
 from ..render import Owner, replica_pods, shared_children
 from ..settings import OperatorSettings, load_settings
+from .apierrors import describe_causes
 from .apply import ChildRef, KindUnavailable, Outcome, Writer, possible_children, stale_children
 from .fleet import GroupPass, group_passes
 from .inferencepool import membership_changes, membership_labels, pool_members
@@ -89,10 +90,11 @@ class StepFailed(Exception):
 def describe_failure(step: str, exc: BaseException) -> str:
     """What failed, for status and events: the step and the API's status and reason, or the error's type. Pure.
 
-    An ApiException's body is left out (it can quote the object, which a tenant wrote), as is the text of other
-    errors (the log has it)."""
+    An ApiException's body is left out (it can quote the object, which a tenant wrote) except the fields it names as
+    causes (`apierrors`: a refused child says which of its fields is wrong, without the value), as is the text of
+    other errors (the log has it)."""
     if isinstance(exc, ApiException):
-        return f"{step}: the API server answered {exc.status} {exc.reason}".rstrip()
+        return f"{step}: the API server answered {exc.status} {exc.reason}".rstrip() + describe_causes(exc.body)
     if isinstance(exc, KindUnavailable):
         return f"{step}: {exc}"
     return f"{step}: {type(exc).__name__}"
