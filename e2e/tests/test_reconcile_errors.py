@@ -209,8 +209,7 @@ def test_a_child_the_api_server_refuses_is_reported_with_its_fields(
         "applying the replica plan: the API server answered 422 Unprocessable Entity: Pod refused: "
     )
     assert (
-        "spec.containers[0].volumeMounts[0].subPath: Invalid value: must not contain '..' (FieldValueInvalid)"
-        in message
+        "spec.containers[0].volumeMounts.subPath: Invalid value: must not contain '..' (FieldValueInvalid)" in message
     )
     assert "spec.initContainers[0].name" in message
     assert "secret-dir" not in message

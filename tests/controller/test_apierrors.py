@@ -7,12 +7,12 @@ from kubernetes.client.exceptions import ApiException
 from sglang_operator.controller.apierrors import MAX_CAUSES, causes, describe_causes, without_value
 from sglang_operator.controller.reconcile import describe_failure
 
-# The shape kube-apiserver v1.37 answers a pod create with two invalid fields (422, reason Invalid).
+# The shape kube-apiserver v1.37.2 answers a pod create with two invalid fields (422, reason Invalid; as read from it).
 REFUSED_POD = {
     "kind": "Status",
     "apiVersion": "v1",
     "status": "Failure",
-    "message": 'Pod "f-0-0" is invalid: [spec.containers[1].volumeMounts[0].subPath: Invalid value: "../etc": must '
+    "message": 'Pod "f-0-0" is invalid: [spec.containers[1].volumeMounts.subPath: Invalid value: "../etc": must '
     "not contain '..', spec.initContainers[0].name: Duplicate value: \"sglang\"]",
     "reason": "Invalid",
     "details": {
@@ -22,7 +22,7 @@ REFUSED_POD = {
             {
                 "reason": "FieldValueInvalid",
                 "message": "Invalid value: \"../etc\": must not contain '..'",
-                "field": "spec.containers[1].volumeMounts[0].subPath",
+                "field": "spec.containers[1].volumeMounts.subPath",
             },
             {
                 "reason": "FieldValueDuplicate",
@@ -45,7 +45,7 @@ def test_the_condition_names_each_field_and_rule_but_no_value() -> None:
     message = describe_failure("applying the replica plan", _refusal(REFUSED_POD))
     assert message == (
         "applying the replica plan: the API server answered 422 Unprocessable Entity: Pod f-0-0: "
-        "spec.containers[1].volumeMounts[0].subPath: Invalid value: must not contain '..' (FieldValueInvalid); "
+        "spec.containers[1].volumeMounts.subPath: Invalid value: must not contain '..' (FieldValueInvalid); "
         "spec.initContainers[0].name: Duplicate value (FieldValueDuplicate)"
     )
     assert "../etc" not in message
