@@ -97,10 +97,20 @@ def test_basic_auth_from_a_secret_lets_the_autoscaler_in(
     samples, error = read_samples(prom, target, windows)
     assert error is None and samples is not None  # every query answered (no SGLang series here: no values)
 
-    no_key = BasicAuthSecretRef(name="prom-reader", passwordKey="pw")
-    assert resolve_credentials(core, namespace, PrometheusAuth(basic_auth_secret_ref=no_key)) == (
-        None,
-        f"prometheusAuth: Secret {namespace}/prom-reader has no key 'pw'",
+    # A missing key, a missing Secret and a value that is not UTF-8 read the same (issue 29, gap 12).
+    core.create_namespaced_secret(
+        namespace, {"metadata": {"name": "prom-binary"}, "data": {"username": "dXNlcg==", "pw": "//79"}}
+    )  # pw: bytes ff fe fd
+    texts = {
+        name: resolve_credentials(
+            core, namespace, PrometheusAuth(basic_auth_secret_ref=BasicAuthSecretRef(name=name, passwordKey="pw"))
+        )
+        for name in ("prom-reader", "no-such-secret", "prom-binary")
+    }
+    assert {name: text.replace(name, "S") for name, (_, text) in texts.items() if text} == dict.fromkeys(
+        texts,
+        "spec.autoscaling.prometheusAuth.basicAuthSecretRef: the credential in Secret S, key username and pw, is "
+        "unusable (it must exist in this namespace and hold UTF-8 text)",
     )
 
     create_basic_auth_secret(core, namespace, "prom-wrong", "not the password")

@@ -1,155 +1,88 @@
-"""Bounded HTTP calls: every request the operator sends to a router, a worker or Prometheus ends by a total deadline
-and reads at most `MAX_BODY_BYTES`.
+"""Every HTTP request the operator sends (to a router, a worker or a Prometheus) goes through `request`: it ends by a
+total deadline, reads at most `MAX_BODY_BYTES`, and never follows a redirect.
 
-`requests` timeouts bound each socket read, not the call: a server that drips one byte a second keeps a "5 s" call
-alive for as long as it likes, in the headers or in the body. Two things close that gap here:
+Why these three:
 
-- the body is read with `stream=True` in chunks (`read1`, which returns what has arrived instead of waiting for a
-  full chunk) against a monotonic deadline and a size limit;
-- one process-wide watchdog thread shuts the call's socket down when its deadline passes, which also ends a read
-  that is blocked in the status line or the headers. The socket is handed to the watchdog by the connection class
-  of `DeadlineAdapter`, the only way `requests` lets a caller near it before the headers are read.
+- **Deadline.** A server that drips one byte a second must not hold a call, or the pass that made it, for longer
+  than the call's budget: aiohttp's `ClientTimeout(total=...)` bounds the whole call (connect, headers and body),
+  and `asyncio.timeout` around it is the guard of last resort.
+- **Body limit.** The body is read in chunks, after decompression (a small gzip that inflates to gigabytes is
+  refused like a large body).
+- **No redirects.** The servers are the tenant's (the images are theirs): a `307 Location: http://anything` would
+  make the operator re-send its request, with the workers' API key in a registration body, to a target the tenant
+  chose, and write that target's answer into status (a blind SSRF and a port-scan oracle). Any 3xx answer is a
+  `CallFailed` that names the endpoint that answered it, never the `Location`.
 
-Errors say what failed (method, path, why) and never what the server said: a body can carry anything, and these
-messages end up in status conditions and events that other people read.
+Errors say what failed (method, `scheme://host:port/path`, why) and never what the server said: a body or a header
+can carry anything, and these messages end up in status conditions and events that other people read.
+
+The reconcile, autoscaling and doctor passes are blocking code in the shared worker pool, and the CLI is sync. They
+call `request`, which hands the coroutine to one process-wide event-loop thread (started on first use) and waits for
+it; nothing per call or per CR holds a thread. That loop keeps one aiohttp session, whose connector reuses idle
+connections (at most `_CONNECTIONS_PER_HOST` per target, `_CONNECTIONS` in all), stores no cookies (a tenant's
+server must not set what the operator sends to another), and ignores proxy variables and `.netrc` (`trust_env`
+off: no ambient credential reaches a tenant's server).
 """
 
+import asyncio
+import atexit
+import base64
+import concurrent.futures
 import contextlib
-import heapq
-import itertools
-import socket
+import errno
+import functools
+import json
+import ssl
 import threading
-import time
-from collections.abc import Iterator
-from contextlib import contextmanager
-from dataclasses import dataclass, field
-from typing import Any
+from collections.abc import Coroutine, Mapping
+from dataclasses import dataclass
+from typing import Any, TypeVar
 from urllib.parse import urlsplit
 
-import requests
-from requests.adapters import HTTPAdapter
-from urllib3.connection import HTTPConnection, HTTPSConnection
-from urllib3.connectionpool import HTTPConnectionPool, HTTPSConnectionPool
-from urllib3.exceptions import NewConnectionError
+import aiohttp
+
+from .controller.keepalive import KeepaliveEventLoop
 
 MAX_BODY_BYTES = 1 << 20
 """Nothing the operator reads (a worker list, a load report, a PromQL answer) comes near this."""
 CONNECT_TIMEOUT_SECONDS = 3.0
 _CHUNK_BYTES = 64 * 1024
+_CONNECTIONS = 100
+_CONNECTIONS_PER_HOST = 8
+"""Above the pool's default 8 threads: a call waits for a connection only when many passes talk to one target."""
+_IDLE_SECONDS = 15.0
+"""An idle pooled connection is closed after this (a router's next pass reuses it; a gone pod's is dropped)."""
+_SYNC_SLACK_SECONDS = 2.0
+"""How much longer a sync caller waits for the loop than the call's own deadline before giving up on it."""
+
+T = TypeVar("T")
 
 
-class CallFailed(requests.RequestException):
+class CallFailed(Exception):
     """A bounded call that failed; its message is safe to show in status (no response content).
 
     `not_connected`: no connection could be opened (refused, no route): the server got nothing of the request.
     `timed_out`: the deadline ended the call."""
 
-    not_connected: bool = False
-    timed_out: bool = False
+    def __init__(self, message: str, *, not_connected: bool = False, timed_out: bool = False) -> None:
+        super().__init__(message)
+        self.not_connected = not_connected
+        self.timed_out = timed_out
 
 
-def _late(message: str) -> CallFailed:
-    failure = CallFailed(message)
-    failure.timed_out = True
-    return failure
+@dataclass(frozen=True)
+class Response:
+    """A complete answer: its status (never a 3xx) and its whole body."""
+
+    status: int
+    content: bytes
+
+    def json(self) -> Any:
+        return json.loads(self.content)
 
 
-@dataclass
-class _Guard:
-    """One call under the watchdog: the socket it reads from, once the connection has one."""
-
-    deadline: float
-    sock: socket.socket | None = None
-    expired: bool = False
-    done: bool = False
-    lock: threading.Lock = field(default_factory=threading.Lock)
-
-    def expire(self) -> None:
-        with self.lock:
-            if self.done:
-                return
-            self.expired = True
-            if self.sock is not None:
-                # The plain socket's shutdown, also under TLS: it wakes the blocked read with an EOF.
-                with contextlib.suppress(OSError):
-                    socket.socket.shutdown(self.sock, socket.SHUT_RDWR)
-
-    def attach(self, sock: socket.socket | None) -> None:
-        with self.lock:
-            self.sock = sock
-        if self.expired and sock is not None:
-            self.expire()
-
-
-class _Watchdog:
-    """A single thread for the whole process (nothing per call or per object holds one)."""
-
-    def __init__(self) -> None:
-        self._heap: list[tuple[float, int, _Guard]] = []
-        self._order = itertools.count()
-        self._wake = threading.Condition()
-        self._thread: threading.Thread | None = None
-
-    def watch(self, guard: _Guard) -> None:
-        with self._wake:
-            heapq.heappush(self._heap, (guard.deadline, next(self._order), guard))
-            if self._thread is None:
-                self._thread = threading.Thread(target=self._run, name="http-deadlines", daemon=True)
-                self._thread.start()
-            self._wake.notify()
-
-    def _run(self) -> None:
-        while True:
-            with self._wake:
-                while not self._heap or self._heap[0][0] > time.monotonic():
-                    self._wake.wait(None if not self._heap else self._heap[0][0] - time.monotonic())
-                _, _, guard = heapq.heappop(self._heap)
-            guard.expire()
-
-
-_watchdog = _Watchdog()
-_current = threading.local()
-
-
-def _current_guard() -> _Guard | None:
-    guard: _Guard | None = getattr(_current, "guard", None)
-    return guard
-
-
-class _GuardedHTTPConnection(HTTPConnection):
-    def getresponse(self) -> Any:
-        guard = _current_guard()
-        if guard is not None:
-            guard.attach(self.sock)
-        return super().getresponse()
-
-
-class _GuardedHTTPSConnection(HTTPSConnection):
-    def getresponse(self) -> Any:
-        guard = _current_guard()
-        if guard is not None:
-            guard.attach(self.sock)
-        return super().getresponse()
-
-
-class _GuardedHTTPPool(HTTPConnectionPool):
-    ConnectionCls = _GuardedHTTPConnection
-
-
-class _GuardedHTTPSPool(HTTPSConnectionPool):
-    ConnectionCls = _GuardedHTTPSConnection
-
-
-class DeadlineAdapter(HTTPAdapter):
-    """An adapter whose connections hand their socket to the watchdog of the call in progress."""
-
-    def init_poolmanager(self, *args: Any, **kwargs: Any) -> None:
-        super().init_poolmanager(*args, **kwargs)
-        self.poolmanager.pool_classes_by_scheme = {"http": _GuardedHTTPPool, "https": _GuardedHTTPSPool}
-
-
-def _describe(method: str, url: str) -> str:
-    """`METHOD scheme://host:port/path`: no user info (a password in a URL), no query."""
+def describe(method: str, url: str) -> str:
+    """`METHOD scheme://host:port/path`: no user info (a password in a URL), no query, no fragment."""
     parts = urlsplit(url)
     host = parts.hostname or ""
     host = f"[{host}]" if ":" in host else host
@@ -160,136 +93,176 @@ def _describe(method: str, url: str) -> str:
     return f"{method} {parts.scheme}://{host}{port}{parts.path or '/'}"
 
 
-@contextmanager
-def _guarded(deadline: float) -> Iterator[_Guard]:
-    guard = _Guard(deadline)
-    previous = _current_guard()
-    _current.guard = guard
-    _watchdog.watch(guard)
+@functools.lru_cache(maxsize=32)
+def _ca_context(cafile: str) -> ssl.SSLContext:
+    """A verifying context for a CA bundle file; the file's name is its content's hash (`credentials.ca_file`), so
+    caching by path never serves a rotated CA's old context."""
+    return ssl.create_default_context(cafile=cafile)
+
+
+def _tls(verify: bool | str) -> ssl.SSLContext | bool:
+    """aiohttp's `ssl=`: True (the system's CAs), False (no verification) or a context for a CA bundle file."""
+    if isinstance(verify, str):
+        return _ca_context(verify)
+    return verify
+
+
+def _basic(username: str, password: str) -> dict[str, str]:
+    """The HTTP basic auth header (RFC 7617): latin-1 where the pair fits, as `requests` sent it, else UTF-8."""
+    pair = f"{username}:{password}"
     try:
-        yield guard
-    finally:
-        with guard.lock:
-            guard.done = True
-        _current.guard = previous
+        encoded = pair.encode("latin-1")
+    except UnicodeEncodeError:
+        encoded = pair.encode()
+    return {"Authorization": "Basic " + base64.b64encode(encoded).decode("ascii")}
 
 
-def bounded_request(
-    session: "requests.Session | _Unbounded",
+async def request_async(
+    session: aiohttp.ClientSession,
     method: str,
     url: str,
     *,
     deadline_seconds: float,
+    headers: Mapping[str, str] | None = None,
+    json_body: Any = None,
+    params: Mapping[str, str] | None = None,
+    basic_auth: tuple[str, str] | None = None,
+    verify: bool | str = True,
     max_bytes: int = MAX_BODY_BYTES,
-    **kwargs: Any,
-) -> requests.Response:
-    """`session.request`, finished (status, headers and the whole body) within `deadline_seconds`, or CallFailed.
+) -> Response:
+    """The call itself, on `session`'s loop; see `request`."""
+    what = describe(method, url)
+    timeout = aiohttp.ClientTimeout(total=deadline_seconds, connect=min(CONNECT_TIMEOUT_SECONDS, deadline_seconds))
+    answered: int | None = None  # the status, once the headers are in
+    try:
+        async with asyncio.timeout(deadline_seconds):
+            async with session.request(
+                method,
+                url,
+                headers={**(headers or {}), **(_basic(*basic_auth) if basic_auth else {})},
+                json=json_body,
+                params=dict(params or {}),
+                ssl=_tls(verify),
+                allow_redirects=False,
+                timeout=timeout,
+            ) as response:
+                answered = response.status
+                if 300 <= response.status < 400:
+                    response.close()  # the body is not read, the connection not reused
+                    raise CallFailed(f"{what}: HTTP {response.status}, a redirect, not followed")
+                body = bytearray()
+                async for chunk in response.content.iter_chunked(_CHUNK_BYTES):
+                    body += chunk
+                    if len(body) > max_bytes:
+                        response.close()
+                        raise CallFailed(f"{what}: HTTP {response.status}, body larger than {max_bytes} bytes")
+                return Response(response.status, bytes(body))
+    except CallFailed:
+        raise
+    except TimeoutError as exc:  # asyncio's, and aiohttp's connect and read timeouts (its subclasses)
+        late = "no answer" if answered is None else f"HTTP {answered}, body not complete"
+        raise CallFailed(f"{what}: {late} within {deadline_seconds:g}s", timed_out=True) from exc
+    except aiohttp.ClientSSLError as exc:  # before ClientConnectorError, its parent: the TLS handshake failed
+        raise CallFailed(f"{what}: TLS error") from exc
+    except aiohttp.ClientConnectorError as exc:
+        refused = exc.os_error.errno == errno.ECONNREFUSED
+        raise CallFailed(f"{what}: {'connection refused' if refused else 'connection failed'}", not_connected=True) \
+            from exc  # fmt: skip
+    except (aiohttp.ClientPayloadError, aiohttp.ClientResponseError) as exc:  # a broken or unparsable answer
+        status = f"HTTP {answered}, " if answered is not None else ""
+        raise CallFailed(f"{what}: {status}answer unreadable ({type(exc).__name__})") from exc
+    except aiohttp.ClientError as exc:  # a reset connection, an invalid URL, ...
+        raise CallFailed(f"{what}: {type(exc).__name__}") from exc
+    except (ValueError, TypeError) as exc:  # a header value aiohttp refuses, a body that is not JSON-serialisable
+        raise CallFailed(f"{what}: request not sent ({type(exc).__name__})") from exc
 
-    The response comes back fully read, so `.json()` and `.content` work as usual. `timeout` in `kwargs` is
-    ignored: the deadline decides.
-    """
-    kwargs.pop("timeout", None)
-    kwargs.pop("stream", None)
-    what = _describe(method, url)
-    deadline = time.monotonic() + deadline_seconds
-    with _guarded(deadline) as guard:
+
+class _LoopThread:
+    """The one thread (and event loop) for every sync caller in the process, started on first use, with the one
+    session whose connection pool every call shares."""
+
+    def __init__(self) -> None:
+        self._lock = threading.Lock()
+        self._loop: asyncio.AbstractEventLoop | None = None
+        self._thread: threading.Thread | None = None
+        self._session: aiohttp.ClientSession | None = None
+
+    def loop(self) -> asyncio.AbstractEventLoop:
+        with self._lock:
+            if self._loop is None or self._thread is None or not self._thread.is_alive():
+                loop = KeepaliveEventLoop()
+                thread = threading.Thread(target=loop.run_forever, name="http-calls", daemon=True)
+                thread.start()
+                self._loop, self._thread, self._session = loop, thread, None
+            return self._loop
+
+    def in_loop_thread(self) -> bool:
+        return self._thread is threading.current_thread()
+
+    async def session(self) -> aiohttp.ClientSession:
+        """The shared session, made on the loop it belongs to (only ever called there, so no lock is needed)."""
+        if self._session is None or self._session.closed:
+            connector = aiohttp.TCPConnector(
+                limit=_CONNECTIONS, limit_per_host=_CONNECTIONS_PER_HOST, keepalive_timeout=_IDLE_SECONDS
+            )
+            self._session = aiohttp.ClientSession(
+                connector=connector, cookie_jar=aiohttp.DummyCookieJar(), trust_env=False
+            )
+        return self._session
+
+    def run(self, coroutine: Coroutine[Any, Any, T], wait_seconds: float) -> T:
+        if self.in_loop_thread():
+            coroutine.close()
+            raise RuntimeError("httpcall.request called on its own loop: await request_async instead")
+        future = asyncio.run_coroutine_threadsafe(coroutine, self.loop())
         try:
-            response = session.request(
-                method, url, stream=True, timeout=(min(CONNECT_TIMEOUT_SECONDS, deadline_seconds), deadline_seconds),
-                **kwargs,
-            )  # fmt: skip
-        except requests.RequestException as exc:
-            if guard.expired:
-                raise _late(f"{what}: no answer within {deadline_seconds:g}s") from exc
-            failure = CallFailed(f"{what}: {_reason(exc)}")
-            failure.not_connected = _not_connected(exc)
-            failure.timed_out = isinstance(exc, requests.Timeout)
-            raise failure from exc
-        try:
-            body = bytearray()
-            while True:
-                if time.monotonic() >= deadline or guard.expired:
-                    raise _late(f"{what}: HTTP {response.status_code}, body not complete within {deadline_seconds:g}s")
-                chunk = response.raw.read1(_CHUNK_BYTES, decode_content=True)  # gzip: what .json() would read
-                if not chunk:
-                    break
-                body += chunk
-                if len(body) > max_bytes:
-                    raise CallFailed(f"{what}: HTTP {response.status_code}, body larger than {max_bytes} bytes")
-            if guard.expired:  # the watchdog's shutdown reads as an early end of the body
-                raise _late(f"{what}: HTTP {response.status_code}, body not complete within {deadline_seconds:g}s")
-        except CallFailed:
-            response.close()
+            return future.result(timeout=wait_seconds)
+        except concurrent.futures.TimeoutError:
+            future.cancel()
             raise
-        except Exception as exc:  # urllib3's protocol and decoding errors, a reset connection
-            response.close()
-            if guard.expired:
-                raise _late(f"{what}: body not complete within {deadline_seconds:g}s") from exc
-            raise CallFailed(f"{what}: HTTP {response.status_code}, body unreadable ({type(exc).__name__})") from exc
-    response._content = bytes(body)
-    response._content_consumed = True
-    response.close()
-    return response
+
+    def close(self) -> None:
+        """Close the session and stop the loop (at exit; a later call starts a new one)."""
+        with self._lock:
+            loop, thread, session = self._loop, self._thread, self._session
+            self._loop = self._thread = self._session = None
+        if loop is None or thread is None or not thread.is_alive():
+            return
+        if session is not None:
+            with contextlib.suppress(Exception):
+                asyncio.run_coroutine_threadsafe(session.close(), loop).result(timeout=2.0)
+        loop.call_soon_threadsafe(loop.stop)
+        thread.join(timeout=2.0)
 
 
-def _not_connected(exc: requests.RequestException) -> bool:
-    """requests wraps a failed connect as ConnectionError(MaxRetryError(reason=NewConnectionError))."""
-    inner = exc.args[0] if exc.args else None
-    return isinstance(exc, requests.ConnectionError) and isinstance(getattr(inner, "reason", None), NewConnectionError)
+_LOOP = _LoopThread()
+atexit.register(_LOOP.close)
 
 
-def _reason(exc: requests.RequestException) -> str:
-    """Why a request failed, in our words: the exception's text can quote a proxy's or a server's answer."""
-    if isinstance(exc, requests.Timeout):
-        return "timed out"
-    if isinstance(exc, requests.exceptions.SSLError):
-        return "TLS error"
-    if isinstance(exc, requests.ConnectionError):
-        return "connection refused" if _not_connected(exc) else "connection failed"
-    return type(exc).__name__
+def request(
+    method: str,
+    url: str,
+    *,
+    deadline_seconds: float,
+    headers: Mapping[str, str] | None = None,
+    json_body: Any = None,
+    params: Mapping[str, str] | None = None,
+    basic_auth: tuple[str, str] | None = None,
+    verify: bool | str = True,
+    max_bytes: int = MAX_BODY_BYTES,
+) -> Response:
+    """One call, finished (status and the whole body) within `deadline_seconds`, or `CallFailed`; any 3xx is a
+    `CallFailed` (nothing is sent to its `Location`). `verify`: True, False or the path of a CA bundle. For blocking
+    callers (a pass in the worker pool, the CLI); never call it on the loop thread itself."""
 
+    async def call() -> Response:
+        session = await _LOOP.session()
+        return await request_async(
+            session, method, url, deadline_seconds=deadline_seconds, headers=headers, json_body=json_body,
+            params=params, basic_auth=basic_auth, verify=verify, max_bytes=max_bytes,
+        )  # fmt: skip
 
-class BoundedSession(requests.Session):
-    """A Session whose every request is a `bounded_request`, for clients such as prometheus-api-client that call
-    `session.request` themselves. Adapters mounted later (that client mounts its own, for retries) are replaced by a
-    `DeadlineAdapter` with the same retry settings, so the watchdog sees every connection. A smaller `timeout` a
-    caller passes shortens the deadline; nothing lengthens it."""
-
-    def __init__(self, deadline_seconds: float, max_bytes: int = MAX_BODY_BYTES) -> None:
-        super().__init__()
-        self.deadline_seconds = deadline_seconds
-        self.max_bytes = max_bytes
-        for prefix in ("https://", "http://"):
-            self.mount(prefix, DeadlineAdapter())
-
-    def mount(self, prefix: str, adapter: Any) -> None:
-        if not isinstance(adapter, DeadlineAdapter):
-            adapter = DeadlineAdapter(max_retries=getattr(adapter, "max_retries", 0))
-        super().mount(prefix, adapter)
-
-    def request(self, method: Any, url: Any, *args: Any, **kwargs: Any) -> requests.Response:
-        timeout = kwargs.pop("timeout", None)
-        deadline = self.deadline_seconds
-        if isinstance(timeout, int | float) and not isinstance(timeout, bool) and timeout > 0:
-            deadline = min(float(timeout), deadline)
-        return bounded_request(
-            _Unbounded(self), str(method), str(url), deadline_seconds=deadline, max_bytes=self.max_bytes, **kwargs
-        )
-
-
-class _Unbounded:
-    """The session's plain `request`, which `bounded_request` calls (the override above would call itself)."""
-
-    def __init__(self, session: requests.Session) -> None:
-        self.session = session
-
-    def request(self, method: str, url: str, **kwargs: Any) -> requests.Response:
-        return requests.Session.request(self.session, method, url, **kwargs)
-
-
-def new_session() -> requests.Session:
-    """A Session whose connections the watchdog can end (use it with `bounded_request`)."""
-    session = requests.Session()
-    for prefix in ("https://", "http://"):
-        session.mount(prefix, DeadlineAdapter())
-    return session
+    try:
+        return _LOOP.run(call(), deadline_seconds + _SYNC_SLACK_SECONDS)
+    except concurrent.futures.TimeoutError as exc:  # the loop itself was too busy: the call is cancelled
+        raise CallFailed(f"{describe(method, url)}: no answer within {deadline_seconds:g}s", timed_out=True) from exc

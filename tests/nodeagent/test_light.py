@@ -27,7 +27,6 @@ from localcluster.nodeagent.light import (
 )
 from localcluster.nodeagent.process import ProcRecord
 from sglang_operator.controller.loads import read_load
-from sglang_operator.httpcall import new_session
 from sglang_operator.router.client import RouterClient
 
 TOOLS = Toolchain(python="/venv/bin/python", bindir="/venv/bin")
@@ -136,7 +135,7 @@ def test_the_operators_clients_work_against_light_pods() -> None:
         client.add_worker(worker)
         client.add_worker(worker)  # a 409 is what the operator wants: no error
         (listed,) = client.list_workers()
-        load = read_load(new_session(), worker)
+        load = read_load(worker)
         client.remove_worker(listed.id)
         return listed.url, listed.healthy, load, client.list_workers()
 

@@ -21,6 +21,12 @@ class Reply:
     hang: bool = False
     """Read the request, then answer nothing until the server stops."""
     content_encoding: str | None = None
+    headers: tuple[tuple[str, str], ...] = ()
+    """More header lines (a redirect's Location)."""
+
+    @staticmethod
+    def redirect(status: int, location: str) -> "Reply":
+        return Reply(status=status, body=b'{"moved": true}', headers=(("Location", location),))
 
     @staticmethod
     def json(payload: Any, status: int = 200) -> "Reply":
@@ -33,6 +39,8 @@ class Recorded:
     path: str
     body: bytes
     authorization: str | None = None
+    headers: dict[str, str] = field(default_factory=dict)
+    """Every header line, by its name in lower case."""
 
 
 @dataclass
@@ -54,16 +62,17 @@ class _Handler(socketserver.StreamRequestHandler):
         request_line = self.rfile.readline().decode("latin-1").split()
         if len(request_line) < 2:
             return
-        length, authorization = 0, None
+        length, authorization, headers = 0, None, {}
         while (line := self.rfile.readline()) not in (b"\r\n", b"\n", b""):
             name, _, value = line.decode("latin-1").partition(":")
+            headers[name.strip().lower()] = value.strip()
             if name.strip().lower() == "content-length":
                 length = int(value.strip())
             elif name.strip().lower() == "authorization":
                 authorization = value.strip()
         method, path = request_line[0], request_line[1].split("?")[0]
         body = self.rfile.read(length) if length else b""
-        fake.requests.append(Recorded(method, path, body, authorization))
+        fake.requests.append(Recorded(method, path, body, authorization, headers))
         reply = fake.reply(method, path)
         if reply.hang:
             fake.stopping.wait(30)
@@ -71,6 +80,7 @@ class _Handler(socketserver.StreamRequestHandler):
         head = (
             f"HTTP/1.1 {reply.status} X\r\nContent-Type: {reply.content_type}\r\n"
             + (f"Content-Encoding: {reply.content_encoding}\r\n" if reply.content_encoding else "")
+            + "".join(f"{name}: {value}\r\n" for name, value in reply.headers)
             + f"Content-Length: {len(reply.body)}\r\nConnection: close\r\n\r\n"
         ).encode()
         try:
@@ -100,18 +110,19 @@ class _Server(socketserver.ThreadingTCPServer):
     fake: FakeHTTP
 
 
-def start(fake: FakeHTTP) -> tuple[FakeHTTP, _Server]:
-    server = _Server(("127.0.0.1", 0), _Handler)
+def start(fake: FakeHTTP, host: str = "127.0.0.1", port: int = 0) -> tuple[FakeHTTP, _Server]:
+    server = _Server((host, port), _Handler)
     server.fake = fake
-    fake.url = f"http://127.0.0.1:{server.server_address[1]}"
+    fake.url = f"http://{host}:{server.server_address[1]}"
     threading.Thread(target=server.serve_forever, daemon=True).start()
     return fake, server
 
 
 @contextmanager
-def serving(routes: dict[tuple[str, str], Reply]) -> Iterator[FakeHTTP]:
-    """A started server; on exit every held or dripping answer ends and the server stops."""
-    fake, server = start(FakeHTTP(routes=dict(routes)))
+def serving(routes: dict[tuple[str, str], Reply], host: str = "127.0.0.1", port: int = 0) -> Iterator[FakeHTTP]:
+    """A started server (on another loopback address and a given port where asked); on exit every held or dripping
+    answer ends and the server stops."""
+    fake, server = start(FakeHTTP(routes=dict(routes)), host, port)
     try:
         yield fake
     finally:

@@ -10,7 +10,6 @@ import pytest
 from sglang_operator.controller.loads import fetch_in_flight, read_load
 from sglang_operator.controller.observed import PodView, ReplicaView
 from sglang_operator.controller.routers import RouterState, observe_routers, sync_routers
-from sglang_operator.httpcall import new_session
 from sglang_operator.router.client import RouterClient, RouterError, RouterWorker
 
 from .fakehttp import FakeHTTP, Reply
@@ -134,7 +133,7 @@ LOADS = {
 @pytest.mark.parametrize("answer", LOADS.values(), ids=LOADS.keys())
 def test_an_unexpected_load_answer_is_unknown_not_zero(fake_http: Callable[..., FakeHTTP], answer: Reply) -> None:
     fake = fake_http({("GET", "/v1/loads"): answer})
-    count, why = read_load(new_session(), fake.url)
+    count, why = read_load(fake.url)
     assert count is None and why is not None
     assert why.startswith(f"GET {fake.url}/v1/loads") and "SECRET" not in why
 
@@ -142,7 +141,7 @@ def test_an_unexpected_load_answer_is_unknown_not_zero(fake_http: Callable[..., 
 def test_a_good_load_answer_sums_running_and_waiting_over_ranks(fake_http: Callable[..., FakeHTTP]) -> None:
     ranks = [{"dp_rank": 0, "num_running_reqs": 3, "num_waiting_reqs": 2}, {"dp_rank": 1, "num_running_reqs": 1}]
     fake = fake_http({("GET", "/v1/loads"): Reply.json({"loads": ranks})})
-    assert read_load(new_session(), fake.url) == (6, None)
+    assert read_load(fake.url) == (6, None)
 
 
 def test_fetch_in_flight_keeps_known_and_unknown_apart(fake_http: Callable[..., FakeHTTP]) -> None:

@@ -2,11 +2,11 @@
 
 Credentials live in Secrets of the CR's namespace, read on every pass (a rotated token is used at the next
 interval, with no restart). A CA bundle is written once to a file named after its content, because `requests`
-verifies against a path. A missing Secret or key is an error string, like every other autoscaler failure: the
-pass holds the replica count and `MetricsAvailable` says which Secret is wrong.
+verifies against a path. A Secret or key that cannot be used is an error string, like every other autoscaler
+failure: the pass holds the replica count and `MetricsAvailable` names the reference, in the same words whatever is
+wrong with it (`secretref.unusable_credential`: never a byte of the value, nor whether the Secret or key exists).
 """
 
-import base64
 import hashlib
 import os
 import tempfile
@@ -17,15 +17,17 @@ from kubernetes.client.rest import ApiException
 
 from ..api.spec import PrometheusAuth
 from ..controller.kube import API_TIMEOUT
+from ..secretref import secret_key_text, unusable_credential
 from .prometheus import Credentials
 
 CA_DIR = Path(tempfile.gettempdir()) / "sglang-operator-prometheus-ca"
 TOKEN_FILE_ENV = "SGLANG_OPERATOR_PROMETHEUS_TOKEN_FILE"  # set by `run --prometheus-bearer-token-file`
 CA_FILE_ENV = "SGLANG_OPERATOR_PROMETHEUS_CA_FILE"  # set by `run --prometheus-ca-file`
+_AUTH_FIELD = "spec.autoscaling.prometheusAuth"
 
 
 class CredentialsError(Exception):
-    """A Secret that prometheusAuth names cannot be read or lacks the key."""
+    """A Secret that prometheusAuth names cannot be used (see `secretref`), or could not be read just now."""
 
 
 def resolve_credentials(
@@ -37,15 +39,23 @@ def resolve_credentials(
         basic = None
         verify: bool | str = not auth.insecure_skip_tls_verify
         if (bearer := auth.bearer_token_secret_ref) is not None:
-            headers["Authorization"] = f"Bearer {_secret_value(core, namespace, bearer.name, bearer.key).strip()}"
+            field = f"{_AUTH_FIELD}.bearerTokenSecretRef"
+            token = _secret_value(core, namespace, field, bearer.name, bearer.key).strip()
+            if not token:
+                raise CredentialsError(unusable_credential(field, bearer.name, bearer.key))
+            headers["Authorization"] = f"Bearer {token}"
         if (user := auth.basic_auth_secret_ref) is not None:
-            data = _secret_data(core, namespace, user.name)  # one read for both keys
-            basic = (
-                _text(data, namespace, user.name, user.username_key),
-                _text(data, namespace, user.name, user.password_key),
-            )
+            # One read for both keys, and one message for both: naming the key that failed would tell that the
+            # other one is there.
+            field, keys = f"{_AUTH_FIELD}.basicAuthSecretRef", f"{user.username_key} and {user.password_key}"
+            data = _secret_data(core, namespace, field, user.name, keys)
+            username, password = secret_key_text(data, user.username_key), secret_key_text(data, user.password_key)
+            if username is None or password is None:
+                raise CredentialsError(unusable_credential(field, user.name, keys))
+            basic = (username, password)
         if (ca := auth.ca_secret_ref) is not None:
-            verify = str(ca_file(_secret_value(core, namespace, ca.name, ca.key), ca_dir))
+            pem = _secret_value(core, namespace, f"{_AUTH_FIELD}.caSecretRef", ca.name, ca.key)
+            verify = str(ca_file(pem, ca_dir))
     except CredentialsError as e:
         return None, str(e)
     return Credentials(tuple(sorted(headers.items())), basic, verify), None
@@ -78,26 +88,27 @@ def ca_file(pem: str, ca_dir: Path) -> Path:
     return path
 
 
-def _secret_value(core: client.CoreV1Api, namespace: str, name: str, key: str) -> str:
-    return _text(_secret_data(core, namespace, name), namespace, name, key)
+def _secret_value(core: client.CoreV1Api, namespace: str, field: str, name: str, key: str) -> str:
+    return _text(_secret_data(core, namespace, field, name, key), field, name, key)
 
 
-def _secret_data(core: client.CoreV1Api, namespace: str, name: str) -> dict[str, str]:
+def _secret_data(core: client.CoreV1Api, namespace: str, field: str, name: str, key: str) -> dict[str, str]:
+    """The Secret's data. Missing (404) and forbidden (403) read as an unusable credential, in the same words as a
+    bad key; only a failure that says nothing about the Secret (the API server slow or erring) is told apart."""
     try:
         secret = core.read_namespaced_secret(name, namespace, _request_timeout=API_TIMEOUT)
     except ApiException as e:
-        raise CredentialsError(f"prometheusAuth: cannot read Secret {namespace}/{name}: {e.status} {e.reason}") from e
+        if e.status in (403, 404):
+            raise CredentialsError(unusable_credential(field, name, key)) from e
+        raise CredentialsError(f"{field}: Secret {name} could not be read now (HTTP {e.status}); retrying") from e
     except Exception as e:  # the API server unreachable or too slow
-        raise CredentialsError(f"prometheusAuth: cannot read Secret {namespace}/{name}: {type(e).__name__}") from e
+        raise CredentialsError(f"{field}: Secret {name} could not be read now ({type(e).__name__}); retrying") from e
     return dict(secret.data or {})
 
 
-def _text(data: dict[str, str], namespace: str, name: str, key: str) -> str:
-    """One key of a Secret's data, decoded."""
-    encoded = data.get(key)
-    if encoded is None:
-        raise CredentialsError(f"prometheusAuth: Secret {namespace}/{name} has no key {key!r}")
-    try:
-        return base64.b64decode(encoded).decode()
-    except ValueError as e:  # not base64, or not UTF-8 text
-        raise CredentialsError(f"prometheusAuth: Secret {namespace}/{name} key {key!r} is not text: {e}") from e
+def _text(data: dict[str, str], field: str, name: str, key: str) -> str:
+    """One key of a Secret's data, decoded; the same error for a missing key and for a value that is not text."""
+    text = secret_key_text(data, key)
+    if text is None:
+        raise CredentialsError(unusable_credential(field, name, key))
+    return text

@@ -1,4 +1,4 @@
-"""Reading one SGLangDeployment's autoscaling signals from Prometheus (PromQL via prometheus-api-client).
+"""Reading one SGLangDeployment's autoscaling signals from Prometheus (PromQL's `GET /api/v1/query`).
 
 The only I/O of the autoscaler. Every failure (connection, timeout, HTTP error, malformed answer) comes back as an
 error string, never as an exception into the kopf handler; the policy then holds the replica count.
@@ -15,19 +15,13 @@ the fleet is at zero only the router can tell that requests are waiting.
 """
 
 import math
-import re
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, fields, replace
 from typing import Any
 
-import requests
-from prometheus_api_client import PrometheusConnect
-from prometheus_api_client.exceptions import PrometheusApiClientException
-from urllib3.util.retry import Retry
-
 from ..api.spec import AutoscalingSpec, AutoscalingWindows, BurstyTraffic, ServiceLevel, SustainedRise
-from ..httpcall import BoundedSession, CallFailed
+from ..httpcall import CallFailed, request
 from .signals import Samples
 
 DEFAULT_TIMEOUT_SECONDS = 5.0
@@ -186,27 +180,53 @@ class Credentials:
         return f"Credentials(headers={names}, basic={self.basic is not None}, verify={self.verify!r})"
 
 
+class PrometheusClient:
+    """PromQL's instant query, `GET <url>/api/v1/query?query=...`, through `httpcall.request`: one attempt per query
+    (the next interval is the retry), each ended by a total deadline, an answer of at most `httpcall.MAX_BODY_BYTES`,
+    and no redirect followed (a tenant's Prometheus could otherwise send the operator's request, its credentials
+    included, anywhere)."""
+
+    def __init__(self, url: str, timeout_seconds: float, credentials: Credentials) -> None:
+        self.url = url.rstrip("/")
+        self.timeout_seconds = timeout_seconds
+        self.credentials = credentials
+
+    def custom_query(self, query: str, timeout: float | None = None) -> list[Any]:
+        """The `data.result` of an instant query (a list: the series of a vector or a matrix). `QueryFailed` for an
+        error status, `_Malformed` for an answer of another shape, `CallFailed` when no answer came."""
+        deadline = self.timeout_seconds if timeout is None else min(timeout, self.timeout_seconds)
+        response = request(
+            "GET", f"{self.url}/api/v1/query", deadline_seconds=deadline, params={"query": query},
+            headers=dict(self.credentials.headers), basic_auth=self.credentials.basic, verify=self.credentials.verify,
+        )  # fmt: skip
+        if response.status != 200:
+            raise QueryFailed(response.status)
+        return promql_result(response.json())
+
+
+def promql_result(answer: Any) -> list[Any]:
+    """`data.result` of a successful PromQL answer (`{"status": "success", "data": {"resultType": "vector" or
+    "matrix", "result": [...]}}`); `_Malformed`, naming the shape and never quoting it, for anything else. Pure."""
+    if not isinstance(answer, dict) or answer.get("status") != "success":
+        raise _Malformed("not a successful PromQL answer")
+    data = answer.get("data")
+    if not isinstance(data, dict) or not isinstance(data.get("result"), list):
+        raise _Malformed("no data.result list")
+    if data.get("resultType", "vector") not in ("vector", "matrix"):
+        raise _Malformed("not a vector or a matrix")
+    result: list[Any] = data["result"]
+    return result
+
+
 def connect(
     url: str, timeout_seconds: float = DEFAULT_TIMEOUT_SECONDS, credentials: Credentials | None = None
-) -> PrometheusConnect:
-    """A client that fails fast: one attempt per query (the next interval is the retry), each query ended by a
-    total deadline of `timeout_seconds` and an answer of at most `httpcall.MAX_BODY_BYTES` (prometheus-api-client
-    passes `timeout` to `requests`, which bounds each read, not the query: the `BoundedSession` bounds the whole)."""
-    credentials = credentials or Credentials()
-    session = BoundedSession(timeout_seconds)
-    session.verify = credentials.verify
-    return PrometheusConnect(
-        url=url,
-        headers=dict(credentials.headers) or None,
-        auth=credentials.basic,
-        session=session,
-        retry=Retry(total=0),
-        timeout=timeout_seconds,
-    )
+) -> PrometheusClient:
+    """A client for `url` with `credentials` (none by default); nothing is sent until a query."""
+    return PrometheusClient(url, timeout_seconds, credentials or Credentials())
 
 
 def read_samples(
-    client: PrometheusConnect,
+    client: PrometheusClient,
     target: Target,
     windows: AutoscalingWindows,
     queries: Queries | None = None,
@@ -227,8 +247,7 @@ def read_samples(
             result = client.custom_query(query, timeout=timeout_seconds)
             values[name] = _series(result) if name in SERIES else _value(result, _COMBINE.get(name, sum))
         except Exception as e:  # whatever the client or Prometheus does wrong is reported, never raised
-            late_or_refused = isinstance(e, CallFailed) and (e.timed_out or e.not_connected)
-            unreachable = late_or_refused or isinstance(e, requests.ConnectionError | requests.Timeout)
+            unreachable = isinstance(e, CallFailed) and (e.timed_out or e.not_connected)
             error = f"{name} query failed: {_why(e, timeout_seconds)}"
             if name in ESSENTIAL:
                 return None, error
@@ -311,20 +330,22 @@ class _Malformed(ValueError):
     """An answer of another shape than PromQL's; the message names the shape, never the content."""
 
 
-_STATUS = re.compile(r"HTTP Status Code (\d{3})")
+class QueryFailed(Exception):
+    """Prometheus answered with an error status (the body, PromQL's error text, is not kept)."""
+
+    def __init__(self, status: int) -> None:
+        super().__init__(f"HTTP {status}")
+        self.status = status
 
 
 def _why(error: BaseException, timeout_seconds: float) -> str:
-    """Why a query failed, for status: what failed, never what Prometheus (or whatever answered) said.
-
-    prometheus-api-client's own error quotes the whole response body; only its status code is kept."""
+    """Why a query failed, for status: what failed, never what Prometheus (or whatever answered) said."""
     if isinstance(error, CallFailed):
         return f"timed out after {timeout_seconds:g}s" if error.timed_out else str(error)
     if isinstance(error, _Malformed):
         return f"unexpected answer ({error})"
-    if isinstance(error, PrometheusApiClientException):
-        status = _STATUS.search(str(error))
-        return f"HTTP {status.group(1)}" if status else "error answer"
+    if isinstance(error, QueryFailed):
+        return str(error)
     if isinstance(error, ValueError | KeyError | TypeError | IndexError | RecursionError):
         return "unexpected answer (not a PromQL result)"
     return type(error).__name__

@@ -11,9 +11,7 @@ from collections.abc import Iterable
 from dataclasses import dataclass, field
 from typing import Any
 
-import requests
-
-from ..httpcall import CallFailed, bounded_request, new_session
+from ..httpcall import CallFailed, request
 from .observed import ReplicaView
 
 LOADS_TIMEOUT_SECONDS = 2.0
@@ -49,18 +47,18 @@ def in_flight_from_loads(payload: Any) -> int:
     return sum(_count(rank, "num_running_reqs") + _count(rank, "num_waiting_reqs") for rank in loads)
 
 
-def read_load(session: requests.Session, url: str) -> tuple[int | None, str | None]:
+def read_load(url: str, headers: dict[str, str] | None = None) -> tuple[int | None, str | None]:
     """(in flight, None) or (None, why unknown). A refused connection reads as 0: no process is listening, so
-    nothing it held can still complete."""
+    nothing it held can still complete. A redirect is not followed (the worker's image is the tenant's): unknown."""
     what = f"GET {url}/v1/loads"
     try:
-        response = bounded_request(session, "GET", f"{url}/v1/loads", deadline_seconds=LOADS_TIMEOUT_SECONDS)
+        response = request("GET", f"{url}/v1/loads", deadline_seconds=LOADS_TIMEOUT_SECONDS, headers=headers)
     except CallFailed as exc:
         if exc.not_connected:
             return 0, None
         return None, str(exc)
-    if response.status_code != 200:
-        return None, f"{what}: HTTP {response.status_code}"
+    if response.status != 200:
+        return None, f"{what}: HTTP {response.status}"
     try:
         return in_flight_from_loads(json.loads(response.content)), None
     except (ValueError, RecursionError):
@@ -73,23 +71,18 @@ def fetch_in_flight(
     """A replica without an address has never served: it counts as 0. `api_key`: the workers' key
     (engine.apiKeySecretRef), without which SGLang answers /v1/loads with 401 (an unknown load)."""
     loads = Loads()
-    session = new_session()
-    if api_key:
-        session.headers["Authorization"] = f"Bearer {api_key}"
+    headers = {"Authorization": f"Bearer {api_key}"} if api_key else {}
     deadline = time.monotonic() + budget_seconds
-    try:
-        for replica in replicas:
-            if replica.url is None:
-                loads.known[replica.index] = 0
-                continue
-            if time.monotonic() >= deadline:
-                loads.unknown[replica.index] = f"not read: this pass spent its {budget_seconds:g}s for reading loads"
-                continue
-            count, why = read_load(session, replica.url)
-            if count is None:
-                loads.unknown[replica.index] = why or "unknown"
-            else:
-                loads.known[replica.index] = count
-    finally:
-        session.close()
+    for replica in replicas:
+        if replica.url is None:
+            loads.known[replica.index] = 0
+            continue
+        if time.monotonic() >= deadline:
+            loads.unknown[replica.index] = f"not read: this pass spent its {budget_seconds:g}s for reading loads"
+            continue
+        count, why = read_load(replica.url, headers)
+        if count is None:
+            loads.unknown[replica.index] = why or "unknown"
+        else:
+            loads.known[replica.index] = count
     return loads

@@ -1,9 +1,11 @@
 """Typed views of the children the operator observes, built from raw Kubernetes objects. Pure."""
 
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from datetime import datetime
 from typing import Any
 
+from .. import names
 from ..api.constants import (
     ANNOTATION_DRAINING,
     ANNOTATION_REPLICA_NODES,
@@ -125,6 +127,18 @@ def owned_by(obj: dict[str, Any], uid: str) -> bool:
     same name deleted and created again)."""
     references = (obj.get("metadata") or {}).get("ownerReferences") or []
     return any(isinstance(ref, dict) and ref.get("uid") == uid and ref.get("controller") is True for ref in references)
+
+
+def router_pod_of(pod: Mapping[str, Any], deployment: str) -> bool:
+    """A pod of the CR's router Deployment: controlled by one of its ReplicaSets (named `<router>-<hash>`). Labels
+    alone would let any pod of the namespace receive the router's API key and membership calls, so every component
+    that sends the router a credential (the reconciler, the doctor) selects router pods with this, not by label."""
+    prefix = names.router(deployment) + "-"
+    return any(
+        isinstance(ref, dict) and ref.get("controller") is True and ref.get("kind") == "ReplicaSet"
+        and str(ref.get("name", "")).startswith(prefix)
+        for ref in (pod.get("metadata") or {}).get("ownerReferences") or []
+    )  # fmt: skip
 
 
 def pod_view(pod: dict[str, Any]) -> PodView | None:

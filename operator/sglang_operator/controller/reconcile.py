@@ -11,8 +11,6 @@ with one Warning event per distinct problem, cleared by the next good pass. Name
 cluster does not serve are problems of the same kind that do not stop the pass.
 """
 
-import base64
-import binascii
 import logging
 import time
 from collections.abc import Iterator
@@ -24,7 +22,7 @@ from typing import Any
 from kubernetes import client
 from kubernetes.client.exceptions import ApiException
 
-from .. import metrics, names
+from .. import metrics
 from ..api.constants import (
     ANNOTATION_DRAINING,
     ANNOTATION_WARM,
@@ -40,6 +38,7 @@ from ..api.scaletarget import SCALE_PLURAL
 from ..api.spec import SecretKeyRef, SGLangDeploymentSpec
 from ..api.validation import check_pod_policy, parse_spec
 from ..render import Owner, replica_pods, shared_children
+from ..secretref import secret_key_text, unusable_credential
 from ..settings import OperatorSettings, load_settings
 from .apierrors import describe_causes
 from .apply import ChildRef, KindUnavailable, Outcome, Writer, possible_children, stale_children
@@ -47,7 +46,7 @@ from .fleet import GroupPass, group_passes
 from .inferencepool import membership_changes, membership_labels, pool_members
 from .kube import API_TIMEOUT
 from .loads import fetch_in_flight
-from .observed import ReplicaView, owned_by
+from .observed import ReplicaView, owned_by, router_pod_of
 from .planner import Plan, plan_replicas
 from .routers import observe_routers, sync_routers
 from .scaletargets import STATUS_WRITES_PER_PASS, ScaleTargetVerdict, scale_target_counts, scale_target_status
@@ -117,17 +116,6 @@ def _step(name: str) -> Iterator[None]:
 def _absent(replicas: list[ReplicaView], listed: set[str]) -> frozenset[int]:
     """Indices of the replicas whose URL is not in `listed` (or that have no URL yet)."""
     return frozenset(r.index for r in replicas if r.url is None or r.url not in listed)
-
-
-def _router_pod_of(pod: dict[str, Any], deployment: str) -> bool:
-    """A pod of the CR's router Deployment: controlled by one of its ReplicaSets (named `<router>-<hash>`). Labels
-    alone would let any pod of the namespace receive the router's API key and membership calls."""
-    prefix = names.router(deployment) + "-"
-    return any(
-        isinstance(ref, dict) and ref.get("controller") is True and ref.get("kind") == "ReplicaSet"
-        and str(ref.get("name", "")).startswith(prefix)
-        for ref in (pod.get("metadata") or {}).get("ownerReferences") or []
-    )  # fmt: skip
 
 
 class Reconciler:
@@ -209,23 +197,28 @@ class Reconciler:
         for verdict, wanted in stale[:STATUS_WRITES_PER_PASS]:
             self.writer.patch_scale_target_status(namespace, verdict.name, wanted)
 
-    def _secret_text(self, ref: SecretKeyRef | None, namespace: str, what: str) -> str | None:
-        """A key of a Secret of the CR's namespace that the CR names (the router's or the workers' API key). Read
-        only by passes that need it, and kept for `state.SECRET_TTL_SECONDS`: a rotated key is used within a minute,
-        and a quiet fleet costs one GET per Secret per minute, not one per pass."""
+    def _secret_text(self, ref: SecretKeyRef | None, namespace: str, field: str) -> str | None:
+        """A key of a Secret of the CR's namespace that the CR names at `field` (the router's or the workers' API
+        key). Read only by passes that need it, and kept for `state.SECRET_TTL_SECONDS`: a rotated key is used
+        within a minute, and a quiet fleet costs one GET per Secret per minute, not one per pass. Whatever makes it
+        unusable is logged in the one message of `secretref` (nothing of the Secret's content or existence)."""
         if ref is None:
             return None
-        secret = self.secrets.get(
-            (namespace, ref.name), lambda: self._get(self.core.read_namespaced_secret, ref.name, namespace)
-        )
-        encoded = ((secret or {}).get("data") or {}).get(ref.key)
-        if not encoded:
-            return None
-        try:
-            return base64.b64decode(encoded, validate=True).decode()
-        except (binascii.Error, UnicodeDecodeError, ValueError):
-            log.warning("%s: Secret %s/%s key %s is not text", what, namespace, ref.name, ref.key)
-            return None
+
+        def read() -> dict[str, Any] | None:
+            try:
+                return self._get(self.core.read_namespaced_secret, ref.name, namespace)
+            except ApiException as exc:
+                if exc.status == 403:  # forbidden reads as missing: the same message below
+                    return None
+                raise
+
+        secret = self.secrets.get((namespace, ref.name), read)
+        text = secret_key_text((secret or {}).get("data"), ref.key)
+        if text is None:
+            name = (self._snapshot.body.get("metadata") or {}).get("name")
+            log.warning("%s/%s: %s", namespace, name, unusable_credential(field, ref.name, ref.key))
+        return text
 
     # -- the pass ----------------------------------------------------------------------------------------------
     def reconcile(self, namespace: str, name: str) -> PassResult:
@@ -395,16 +388,16 @@ class Reconciler:
         with _step("reading worker loads"):
             needs_loads = {g.name: g.needs_loads() for g in groups}
             needs_key = any(needs_loads.values()) or spec.router.enabled  # the routers get it with registrations
-            worker_key = self._secret_text(spec.engine.api_key_secret_ref, namespace, "worker API key") if needs_key \
-                else None  # fmt: skip
+            worker_ref = spec.engine.api_key_secret_ref if needs_key else None
+            worker_key = self._secret_text(worker_ref, namespace, "spec.engine.apiKeySecretRef")
             for group in groups:
                 group.loads = fetch_in_flight(needs_loads[group.name], api_key=worker_key)
 
         routers = None
         if spec.router.enabled:
             with _step("reading router pods"):
-                router_pods = [p for p in self._pods(COMPONENT_ROUTER) if _router_pod_of(p, name)]
-                api_key = self._secret_text(spec.router.api_key_secret_ref, namespace, "router API key")
+                router_pods = [p for p in self._pods(COMPONENT_ROUTER) if router_pod_of(p, name)]
+                api_key = self._secret_text(spec.router.api_key_secret_ref, namespace, "spec.router.apiKeySecretRef")
             with _step("reading router worker lists"):
                 routers = observe_routers(router_pods, api_key, worker_api_key=worker_key)
         still_listed = routers.registered_urls() if routers is not None else set()

@@ -16,12 +16,9 @@ from collections.abc import Mapping, Sequence
 from datetime import datetime
 from typing import Any
 
-from prometheus_api_client import PrometheusConnect
-
 from ..api.constants import (
     ANNOTATION_DRAINING,
     ANNOTATION_WARM,
-    COMPONENT_ROUTER,
     COMPONENT_WORKER,
     LABEL_COMPONENT,
     LABEL_NODE_RANK,
@@ -29,7 +26,8 @@ from ..api.constants import (
     LABEL_WORKER_GROUP,
 )
 from ..api.spec import SGLangDeploymentSpec
-from ..autoscaling.prometheus import Queries, _matchers
+from ..autoscaling.prometheus import PrometheusClient, Queries, _matchers
+from ..controller.observed import router_pod_of
 from ..router.client import RouterClient, RouterError
 from .diagnose import scale_ups
 from .model import FleetFacts, PodFacts, ReplicaMetrics, RouterView
@@ -64,7 +62,7 @@ def promql(namespace: str, name: str, window: int, labels: Queries | None = None
 
 
 def read_metrics(
-    client: PrometheusConnect, namespace: str, name: str, window: int, deadline: float, labels: Queries | None = None
+    client: PrometheusClient, namespace: str, name: str, window: int, deadline: float, labels: Queries | None = None
 ) -> ReplicaMetrics:
     """Each per-replica signal over the window; a query that fails, times out or answers in another shape leaves
     its field None and says why in `errors`. Stops querying once the deadline (monotonic seconds) has passed."""
@@ -274,5 +272,7 @@ def fleet_facts(
     )
 
 
-def router_pods(pods: Sequence[Mapping[str, Any]]) -> list[Mapping[str, Any]]:
-    return [p for p in pods if ((p.get("metadata") or {}).get("labels") or {}).get(LABEL_COMPONENT) == COMPONENT_ROUTER]
+def router_pods(pods: Sequence[Mapping[str, Any]], deployment: str) -> list[Mapping[str, Any]]:
+    """The fleet's router pods, by ownership (`controller.observed.router_pod_of`, the reconciler's own test), never
+    by label: the doctor sends them the router's API key, and any pod of the namespace can carry the labels."""
+    return [p for p in pods if router_pod_of(p, deployment)]

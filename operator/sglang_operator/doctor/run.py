@@ -7,8 +7,6 @@ touched), only when it changed; a healthy fleet that never had a finding is neve
 once per finding, when it appears, and a Normal one when it clears.
 """
 
-import base64
-import binascii
 import logging
 import os
 import time
@@ -27,6 +25,7 @@ from ..autoscaling.loop import PROMETHEUS_URL_ENV, prometheus_access
 from ..autoscaling.prometheus import Credentials, connect
 from ..controller.apply import Writer
 from ..controller.kube import API_TIMEOUT
+from ..secretref import secret_key_text, unusable_credential
 from .diagnose import diagnose
 from .hysteresis import Evolution, evolve, is_empty
 from .model import FINDING_TYPES, Diagnosis, ReplicaMetrics
@@ -86,7 +85,7 @@ def evaluate(
             why = f"cannot use Prometheus at {url[:200]!r}: {type(e).__name__}"
     reader = read_secret or secret_reader(api)
     api_key, key_error = _router_api_key(spec, namespace, reader)
-    routers = () if key_error else read_routers(router_pods(pods), spec.router.port, api_key, deadline)
+    routers = () if key_error else read_routers(router_pods(pods, name), spec.router.port, api_key, deadline)
     facts = fleet_facts(body, spec, pods, routers, now)
     return Evaluation(diagnose(metrics, facts, spec.diagnostics, why), metrics)
 
@@ -108,18 +107,22 @@ def secret_reader(api: client.ApiClient) -> SecretReader:
 
 
 def _router_api_key(spec: SGLangDeploymentSpec, namespace: str, read: SecretReader) -> tuple[str | None, str | None]:
-    """(key, None), (None, None) without one, or (None, why) when the Secret cannot be read (routers: unknown)."""
+    """(key, None), (None, None) without one, or (None, why) when it cannot be used (routers: unknown). A missing,
+    forbidden or bad Secret or key is one message (`secretref`), as the reconciler and the autoscaler say it."""
     ref = spec.router.api_key_secret_ref
     if ref is None:
         return None, None
+    unusable = unusable_credential("spec.router.apiKeySecretRef", ref.name, ref.key)
     try:
         secret = read(namespace, ref.name)
-        encoded = ((secret or {}).get("data") or {}).get(ref.key)
-        return (base64.b64decode(encoded, validate=True).decode(), None) if encoded else (None, "no router API key")
-    except (binascii.Error, UnicodeDecodeError, ValueError):
-        return None, "router API key is not text"
-    except Exception as e:  # the API server unreachable or refusing
-        return None, f"router API key unreadable: {type(e).__name__}"
+    except client.ApiException as e:
+        if e.status == 403:
+            return None, unusable
+        return None, f"spec.router.apiKeySecretRef: Secret {ref.name} could not be read now (HTTP {e.status})"
+    except Exception as e:  # the API server unreachable or too slow
+        return None, f"spec.router.apiKeySecretRef: Secret {ref.name} could not be read now ({type(e).__name__})"
+    key = secret_key_text((secret or {}).get("data"), ref.key)
+    return (key, None) if key is not None else (None, unusable)
 
 
 @dataclass(frozen=True)

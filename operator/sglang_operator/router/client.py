@@ -4,9 +4,11 @@ Facts from shared/reference/smg-router.md: ids are UUIDs (a URL is not accepted 
 `GET /workers`), POST of a known URL answers 409, changes are queued (202) and visible within about a second.
 Only fetching and sending here; deciding what to add or remove is `membership.plan_membership`.
 
-Every call ends within `timeout` seconds in total (`httpcall.bounded_request`), and an answer of any other shape
-than the documented one is a `RouterError`, never another exception: the pass then reports the router as unknown.
-Error messages name the method, the path and the HTTP status, never the router's words.
+Every call ends within `timeout` seconds in total and follows no redirect (`httpcall.request`: the router's image is
+the tenant's, and a redirect would carry the workers' API key in a registration body to a target of its choice), and
+an answer of any other shape than the documented one is a `RouterError`, never another exception: the pass then
+reports the router as unknown. Error messages name the method, the path and the HTTP status, never the router's
+words.
 """
 
 import json
@@ -14,9 +16,7 @@ from dataclasses import dataclass
 from typing import Any, Final
 from urllib.parse import quote
 
-import requests
-
-from ..httpcall import CallFailed, bounded_request, new_session
+from ..httpcall import CallFailed, Response, request
 
 DEFAULT_TIMEOUT_SECONDS = 5.0
 MAX_WORKERS_LISTED = 10_000
@@ -74,22 +74,21 @@ class RouterClient:
     def __init__(self, base_url: str, api_key: str | None = None, timeout: float = DEFAULT_TIMEOUT_SECONDS) -> None:
         self.base_url = base_url.rstrip("/")
         self.timeout = timeout
-        self.session = new_session()
-        if api_key:
-            self.session.headers["Authorization"] = f"Bearer {api_key}"
+        self.headers = {"Authorization": f"Bearer {api_key}"} if api_key else {}
 
-    def _call(self, method: str, path: str, **kwargs: Any) -> requests.Response:
+    def _call(self, method: str, path: str, json_body: Any = None) -> Response:
         try:
-            return bounded_request(
-                self.session, method, f"{self.base_url}{path}", deadline_seconds=self.timeout, **kwargs
-            )
+            return request(
+                method, f"{self.base_url}{path}", deadline_seconds=self.timeout, headers=self.headers,
+                json_body=json_body,
+            )  # fmt: skip
         except CallFailed as exc:
             raise RouterError(str(exc)) from exc
 
     def list_workers(self) -> list[RouterWorker]:
         response = self._call("GET", "/workers")
-        if response.status_code != 200:
-            raise RouterError(f"GET {self.base_url}/workers: HTTP {response.status_code}")
+        if response.status != 200:
+            raise RouterError(f"GET {self.base_url}/workers: HTTP {response.status}")
         try:
             return parse_workers(json.loads(response.content))
         except (ValueError, RecursionError) as exc:  # not JSON, 1e400 and friends, or not the documented shape
@@ -112,16 +111,14 @@ class RouterClient:
         body: dict[str, Any] = {"url": url, "runtime": WORKER_RUNTIME, "health": {"drain_settle_secs": 0}}
         if worker_api_key:
             body["api_key"] = worker_api_key
-        response = self._call("POST", "/workers", json=body)
-        if response.status_code not in (200, 201, 202, 409):  # 409: already there, which is what we want
-            raise RouterError(f"POST {self.base_url}/workers {url}: HTTP {response.status_code}")
+        response = self._call("POST", "/workers", json_body=body)
+        if response.status not in (200, 201, 202, 409):  # 409: already there, which is what we want
+            raise RouterError(f"POST {self.base_url}/workers {url}: HTTP {response.status}")
 
     def remove_worker(self, worker_id: str) -> None:
         response = self._call("DELETE", f"/workers/{quote(worker_id, safe='')}")
-        if response.status_code not in (200, 202, 204, 404):  # 404: already gone
-            raise RouterError(
-                f"DELETE {self.base_url}/workers/<id>: HTTP {response.status_code}"
-            )  # the id is the router's
+        if response.status not in (200, 202, 204, 404):  # 404: already gone
+            raise RouterError(f"DELETE {self.base_url}/workers/<id>: HTTP {response.status}")  # the id is the router's
 
     def close(self) -> None:
-        self.session.close()
+        """Nothing to release: connections belong to `httpcall`'s shared pool (kept for callers' `finally`)."""
