@@ -227,6 +227,48 @@ CASES: list[tuple[str, str, dict[str, Any], dict[str, Any]]] = [
      {"engine": {"image": "lmsysorg/sglang:v0.5.22", "maxRunningRequests": 4},
       "parallelism": {"tp": 8, "attentionDP": 8}},
      {"engine": {"maxRunningRequests": 4}, "parallelism": {"tp": 8, "attentionDP": 8}}),
+    # pods the API server would refuse, and sidecar accelerators (api/pod_rules.py; more in tests/api/)
+    ("spec.template.spec.initContainers", "must not be named 'sglang'",
+     {"template": {"spec": {"initContainers": [{"name": "sglang", "image": "busybox"}]}}},
+     {"template": {"spec": {"initContainers": [{"name": "prep", "image": "busybox"}]}}}),
+    ("spec.template.spec.containers", "or model.cache.mountPath",
+     {"template": {"spec": {"volumes": [{"name": "v", "emptyDir": {}}], "containers": [
+         {"name": "sglang", "volumeMounts": [{"name": "v", "mountPath": "/dev/shm"}]}]}}},
+     {"template": {"spec": {"volumes": [{"name": "v", "emptyDir": {}}], "containers": [
+         {"name": "sglang", "volumeMounts": [{"name": "v", "mountPath": "/dev/shm/v"}]}]}}}),
+    ("spec.template.spec.initContainers", "must not use a mountPath twice",
+     {"template": {"spec": {"volumes": [{"name": "v", "emptyDir": {}}], "initContainers": [
+         {"name": "i", "image": "b",
+          "volumeMounts": [{"name": "v", "mountPath": "/a"}, {"name": "v", "mountPath": "/a"}]}]}}},
+     {"template": {"spec": {"volumes": [{"name": "v", "emptyDir": {}}], "initContainers": [
+         {"name": "i", "image": "b",
+          "volumeMounts": [{"name": "v", "mountPath": "/a"}, {"name": "v", "mountPath": "/b"}]}]}}}),
+    ("spec.model.cache.mountPath", "must not be /dev/shm", {"model": {"path": "m", "cache": {"mountPath": "/dev/shm"}}},
+     {"model": {"path": "m", "cache": {"mountPath": "/dev/shm2"}}}),
+    ("spec.template.metadata.annotations", "must not exceed",
+     {"template": {"metadata": {"annotations": {f"a{i}": "x" * 8192 for i in range(32)}}}},
+     {"template": {"metadata": {"annotations": {f"a{i}": "x" * 8192 for i in range(31)}}}}),
+    ("spec.template.spec.containers", "a sidecar may request only",
+     {"template": {"spec": {"containers": [{"name": "h", "image": "b",
+                                            "resources": {"limits": {"amd.com/gpu": "1"}}}]}}},
+     {"template": {"spec": {"containers": [{"name": "h", "image": "b", "resources": {"limits": {"memory": "1Gi"}}}]}}}),
+    ("spec.template.spec.initContainers", "an init container may request only",
+     {"template": {"spec": {"initContainers": [{"name": "i", "image": "b",
+                                                "resources": {"requests": {"google.com/tpu": "1"}}}]}}},
+     {"template": {"spec": {"initContainers": [{"name": "i", "image": "b",
+                                                "resources": {"requests": {"cpu": "1"}}}]}}}),
+    ("spec.engine.env", "exactly one of valueFrom's",
+     {"engine": {"env": [{"name": "A", "value": "x", "valueFrom": {"fieldRef": {"fieldPath": "metadata.name"}}}]}},
+     {"engine": {"env": [{"name": "A", "value": "", "valueFrom": {"fieldRef": {"fieldPath": "metadata.name"}}}]}}),
+    ("spec.template.spec.containers", "each envFrom entry",
+     {"template": {"spec": {"containers": [{"name": "sglang", "envFrom": [{"prefix": "A"}]}]}}},
+     {"template": {"spec": {"containers": [{"name": "sglang", "envFrom": [{"secretRef": {"name": "s"}}]}]}}}),
+    ("spec.template.spec.initContainers", "each envFrom entry",
+     {"template": {"spec": {"initContainers": [{"name": "i", "image": "b", "env": [{"name": "A", "valueFrom": {}}]}]}}},
+     {"template": {"spec": {"initContainers": [{"name": "i", "image": "b", "env": [{"name": "A", "value": "a"}]}]}}}),
+    ("spec.template.spec.volumes", "each projected source",
+     {"template": {"spec": {"volumes": [{"name": "p", "projected": {"sources": [{}]}}]}}},
+     {"template": {"spec": {"volumes": [{"name": "p", "projected": {"sources": [{"secret": {"name": "s"}}]}}]}}}),
 ]  # fmt: skip
 
 

@@ -8,6 +8,15 @@ upper half of the field's range rule, in `validate` and as CEL; a test fails whe
 from typing import Final
 
 MAX_REPLICAS: Final = 512
+POD_ANNOTATION_BYTES: Final = 256 * 1024
+"""The API server's limit on a pod's annotations, keys and values together (apimachinery's
+`TotalAnnotationSizeLimitB`): a pod over it is refused."""
+OPERATOR_ANNOTATION_BYTES: Final = 4096
+"""What the operator keeps of that for its own annotations on a worker pod (scrape, replica nodes, drain and warm
+state: a few hundred bytes today)."""
+TEMPLATE_ANNOTATION_BYTES: Final = POD_ANNOTATION_BYTES - OPERATOR_ANNOTATION_BYTES
+"""What `template.metadata.annotations` may hold in all, so that every worker pod stays under the API server's
+limit with the operator's own annotations added."""
 DAY_SECONDS: Final = 86_400
 
 _WINDOWS = (

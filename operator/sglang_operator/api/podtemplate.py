@@ -15,9 +15,14 @@ from pydantic import Field
 
 from .base import SpecModel
 from .podtypes import (
+    CONTAINER_RESOURCE,
+    DESCENDING_PATH,
     DNS_LABEL,
     DNS_SUBDOMAIN,
+    ENV_FIELD_PATH,
+    QUALIFIED_NAME,
     Affinity,
+    ConfigKey,
     ConfigMapVolumeSource,
     DownwardAPIVolumeSource,
     EmptyDirVolumeSource,
@@ -30,7 +35,9 @@ from .podtypes import (
     TopologySpreadConstraint,
 )
 
-ENV_NAME = r"^[-._a-zA-Z][-._a-zA-Z0-9]*$"
+ENV_NAME = r"^(\.[-_a-zA-Z0-9]|[-_a-zA-Z])[-._a-zA-Z0-9]*$"
+"""A C identifier with '-' and '.': Kubernetes' `IsEnvVarName`, which also refuses '.', '..' and a leading '..'
+(clusters before 1.32, or with relaxed env names off, refuse the pod otherwise)."""
 ABSOLUTE_PATH = r"^/[^\x00-\x1f\x7f]*$"
 
 VolumeName = Annotated[str, Field(min_length=1, max_length=63, pattern=DNS_LABEL)]
@@ -42,20 +49,22 @@ class LocalObjectReference(SpecModel):
 
 
 class KeySelector(SpecModel):
-    """A key of a Secret or ConfigMap in the CR's namespace."""
+    """A key of a Secret or ConfigMap in the CR's namespace (there is no namespace field: the pod's own only)."""
 
     name: ObjectName
-    key: str = Field(min_length=1, max_length=253)
+    key: ConfigKey
     optional: bool | None = None
 
 
 class ObjectFieldSelector(SpecModel):
-    field_path: str = Field(min_length=1, max_length=256)
-    api_version: str | None = Field(default=None, max_length=64)
+    """A pod field an env var reads: only those the API server lets env read (`podtypes.ENV_FIELD_PATH`)."""
+
+    field_path: str = Field(min_length=1, max_length=256, pattern=ENV_FIELD_PATH)
+    api_version: Literal["v1"] | None = None
 
 
 class ResourceFieldSelector(SpecModel):
-    resource: str = Field(min_length=1, max_length=253)
+    resource: str = Field(min_length=1, max_length=253, pattern=CONTAINER_RESOURCE)
     container_name: str | None = Field(default=None, max_length=63)
     divisor: Quantity | None = None
 
@@ -75,17 +84,31 @@ class EnvVar(SpecModel):
     value_from: EnvVarSource | None = None
 
 
+class EnvSourceReference(SpecModel):
+    """A whole Secret or ConfigMap of the CR's namespace: `envFrom` has no key (Kubernetes' SecretEnvSource and
+    ConfigMapEnvSource), it sets one variable per key."""
+
+    name: ObjectName
+    optional: bool | None = None
+
+
 class EnvFromSource(SpecModel):
-    prefix: str | None = Field(default=None, max_length=253)
-    config_map_ref: KeySelector | None = None
-    secret_ref: KeySelector | None = None
+    """Every key of one Secret or ConfigMap as env vars, as Kubernetes types it: exactly one of `configMapRef` and
+    `secretRef` (`pod_rules`), an optional `prefix`. It cannot override what the operator sets: the operator's own
+    variables are in `env`, which the kubelet applies after `envFrom`, so on a name both define `env` wins."""
+
+    prefix: str | None = Field(default=None, max_length=253, pattern=ENV_NAME)
+    config_map_ref: EnvSourceReference | None = None
+    secret_ref: EnvSourceReference | None = None
 
 
 class VolumeMount(SpecModel):
+    """No `subPathExpr` (the kubelet expands it from the env: a path chosen at run time) and no mount propagation."""
+
     name: VolumeName
     mount_path: str = Field(min_length=1, max_length=512, pattern=ABSOLUTE_PATH)
     read_only: bool | None = None
-    sub_path: str | None = Field(default=None, max_length=512)
+    sub_path: str | None = Field(default=None, max_length=512, pattern=DESCENDING_PATH)
 
 
 class ResourceRequirements(SpecModel):
@@ -170,10 +193,7 @@ class PodSpecOverrides(SpecModel):
     init_containers: list[Container] | None = Field(default=None, max_length=4)
 
 
-LABEL_KEY = (
-    r"^([a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*/)?"
-    r"[A-Za-z0-9]([-A-Za-z0-9_.]{0,61}[A-Za-z0-9])?$"
-)
+LABEL_KEY = f"^{QUALIFIED_NAME}$"
 LABEL_VALUE = r"^(([A-Za-z0-9][-A-Za-z0-9_.]{0,61})?[A-Za-z0-9])?$"
 
 

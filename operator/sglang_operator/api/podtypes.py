@@ -15,12 +15,41 @@ from .base import SpecModel
 DNS_LABEL = r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?$"
 DNS_SUBDOMAIN = r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*$"
 QUANTITY = r"^[+]?([0-9]+(\.[0-9]*)?|\.[0-9]+)([eE][-+]?[0-9]+|[numkMGTPE]|[KMGTPE]i)?$"
-RELATIVE_PATH = r"^[^/\x00-\x1f\x7f]([^\x00-\x1f\x7f]*)?$"
+_CHAR = r"[^/\x00-\x1f\x7f]"  # a character of a path element
+_LEAD = r"[^./\x00-\x1f\x7f]"  # one that is not a dot
+_ELEMENT = rf"(\.|\.\.{_CHAR}+|\.?{_LEAD}{_CHAR}*)"  # a path element other than '..' (and not empty)
+DESCENDING_PATH = rf"^{_ELEMENT}(/{_ELEMENT}?)*$"
+"""A relative path without a `..` element: where a `subPath` may point (Kubernetes' `validateLocalDescendingPath`).
+A negative rule written as a positive pattern (RE2, the API server's regex engine, has no lookahead) so that the
+schema refuses it naming the exact field, at no CEL cost."""
+RELATIVE_PATH = rf"^(\.|\.?{_LEAD}{_CHAR}*)(/{_ELEMENT}?)*$"
+"""A file a volume projects (a Secret's, ConfigMap's or the downward API's item): a descending path that does not
+start with `..` either (Kubernetes' `ValidateLocalNonReservedPath`: the kubelet keeps `..data` and its timestamped
+directories beside the files)."""
+CONFIG_KEY = r"^\.?[-_a-zA-Z0-9][-._a-zA-Z0-9]*$"
+"""A key a Secret or ConfigMap can hold (apimachinery's `IsConfigMapKey`: letters, digits, '-', '_' and '.', never
+'.', '..' nor starting with '..'): a reference to any other key names nothing and leaves the pod waiting."""
+QUALIFIED_NAME = (
+    r"([a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*/)?"
+    r"[A-Za-z0-9]([-A-Za-z0-9_.]{0,61}[A-Za-z0-9])?"
+)
+"""A label key: an optional DNS-subdomain prefix and a name (unanchored, to be embedded)."""
+_SUBSCRIPTED = rf"metadata\.(labels|annotations)\['{QUALIFIED_NAME}'\]"
+ENV_FIELD_PATH = (
+    rf"^(metadata\.(name|namespace|uid)|spec\.(nodeName|serviceAccountName)|status\.(hostIPs?|podIPs?)|{_SUBSCRIPTED})$"
+)
+"""The pod fields an env var may read (Kubernetes' `validEnvDownwardAPIFieldPathExpressions`, and one label or
+annotation by key). Any other path is refused when the pod is created: the fleet would never get a pod."""
+VOLUME_FIELD_PATH = rf"^(metadata\.(name|namespace|uid|labels|annotations)|{_SUBSCRIPTED})$"
+"""The pod fields a downward API volume may project (`validVolumeDownwardAPIFieldPathExpressions`)."""
+CONTAINER_RESOURCE = r"^(limits|requests)\.(cpu|memory|ephemeral-storage|hugepages-[-._a-zA-Z0-9]*)$"
+"""What a resourceFieldRef may read (`validContainerResourceFieldPathExpressions` and the hugepages prefixes)."""
 
 ObjectName = Annotated[str, Field(min_length=1, max_length=253, pattern=DNS_SUBDOMAIN)]
 Quantity = Annotated[str, Field(min_length=1, max_length=64, pattern=QUANTITY)]
 Short = Annotated[str, Field(max_length=316)]
 FileMode = Annotated[int, Field(ge=0, le=511)]
+ConfigKey = Annotated[str, Field(min_length=1, max_length=253, pattern=CONFIG_KEY)]
 
 
 class Requirement(SpecModel):
@@ -98,7 +127,7 @@ class TopologySpreadConstraint(SpecModel):
 
 
 class KeyToPath(SpecModel):
-    key: str = Field(min_length=1, max_length=253)
+    key: ConfigKey
     path: str = Field(min_length=1, max_length=512, pattern=RELATIVE_PATH)
     mode: FileMode | None = None
 
@@ -128,13 +157,17 @@ class PersistentVolumeClaimVolumeSource(SpecModel):
 
 
 class FieldPath(SpecModel):
-    field_path: str = Field(min_length=1, max_length=256)
-    api_version: str | None = Field(default=None, max_length=64)
+    """A pod field a downward API volume projects; only `v1` paths exist (the API server converts nothing else)."""
+
+    field_path: str = Field(min_length=1, max_length=256, pattern=VOLUME_FIELD_PATH)
+    api_version: Literal["v1"] | None = None
 
 
 class DownwardAPIFile(SpecModel):
+    """One projected file: its `fieldRef` is required, since a file with no source is refused with the pod."""
+
     path: str = Field(min_length=1, max_length=512, pattern=RELATIVE_PATH)
-    field_ref: FieldPath | None = None
+    field_ref: FieldPath
     mode: FileMode | None = None
 
 

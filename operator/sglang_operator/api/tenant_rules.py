@@ -116,13 +116,14 @@ TENANT_RULES: tuple[Rule, ...] = (
         message=f"labels and annotations must not use the operator's prefix {RESERVED_KEY_PREFIX} (it keeps replica "
         "and drain state there) nor loosen the pod's confinement ("
         + ", ".join(f"{p}*" for p in SECURITY_ANNOTATION_PREFIXES)
-        + "), and keys must be valid Kubernetes label keys (prefix/name, name at most 63 characters of letters, "
-        "digits, '-', '_' and '.').",
+        + "), and keys must be valid Kubernetes label keys (prefix/name, prefix a DNS name of at most 253 "
+        "characters, name at most 63 characters of letters, digits, '-', '_' and '.').",
         cel=f"(!has({_META}.labels) || {_META}.labels.all(k, !k.startsWith('{RESERVED_KEY_PREFIX}') && "
-        f"k.matches(r'{LABEL_KEY}'))) && (!has({_META}.annotations) || {_META}.annotations.all(k, "
+        f"k.matches(r'{LABEL_KEY}') && size(k.split('/')[0]) <= 253)) && "
+        f"(!has({_META}.annotations) || {_META}.annotations.all(k, "
         f"!k.startsWith('{RESERVED_KEY_PREFIX}') && "
         + " && ".join(f"!k.startsWith('{p}')" for p in SECURITY_ANNOTATION_PREFIXES)
-        + f" && k.matches(r'{LABEL_KEY}')))",
+        + f" && k.matches(r'{LABEL_KEY}') && size(k.split('/')[0]) <= 253))",
         holds=lambda s: (
             all(_is_label_key(key) and not key.startswith(RESERVED_KEY_PREFIX) for key in _keys(s))
             and not any(key.startswith(SECURITY_ANNOTATION_PREFIXES) for key in s.template.metadata.annotations)

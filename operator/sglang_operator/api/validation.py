@@ -18,6 +18,7 @@ from pydantic import BaseModel, ValidationError
 from ..settings import PodPolicy
 from .groups import FLEET_RULES, GroupRule, group_variant
 from .limits import UPPER_BOUNDS
+from .pod_rules import POD_RULES
 from .release_rules import RELEASE_RULES
 from .rule import FieldError, Rule
 from .spec import EP_SPANNING_BACKENDS, PrometheusAuth, SGLangDeploymentSpec
@@ -512,6 +513,7 @@ RULES: tuple[Rule, ...] = (
         holds=lambda s: not s.inference_pool.enabled or s.inference_pool.endpoint_picker_ref.name is not None,
     ),
     *TENANT_RULES,
+    *POD_RULES,
     *RELEASE_RULES,
 )
 # Every rule that reads a field a worker group sets, once more for each group; then the fleet's own group rules.

@@ -1,0 +1,251 @@
+"""Pod fields a CR may give and the API server would refuse in a pod (issue 29, gaps 8-10), at the unit level.
+
+- The path, key and fieldRef patterns of `podtypes` agree with Kubernetes' own checks (ported here from
+  `pkg/apis/core/validation` and apimachinery as oracles) on every short string over the characters that matter.
+- envFrom has Kubernetes' shape; the operator's own env is in `env`, which the kubelet applies after `envFrom`.
+- The operator's annotations fit the share of 256 KiB the template leaves them.
+- Sidecars and init containers get cpu, memory and ephemeral-storage, nothing else.
+- Every edge-case spec of `edge_specs` is accepted and renders children that pass kubernetes-validate (the e2e twin
+  sends them to a real API server).
+"""
+
+from __future__ import annotations
+
+import itertools
+import re
+from typing import Any
+
+import kubernetes_validate
+import pytest
+
+from localcluster.nodeagent.envvars import PodFacts, container_env
+from sglang_operator.api.constants import ANNOTATION_DRAINING, ANNOTATION_SPEC_HASH, ANNOTATION_WARM
+from sglang_operator.api.limits import OPERATOR_ANNOTATION_BYTES, POD_ANNOTATION_BYTES, TEMPLATE_ANNOTATION_BYTES
+from sglang_operator.api.pod_rules import SIDECAR_RESOURCES
+from sglang_operator.api.podtemplate import ENV_NAME
+from sglang_operator.api.podtypes import (
+    CONFIG_KEY,
+    DESCENDING_PATH,
+    ENV_FIELD_PATH,
+    RELATIVE_PATH,
+    VOLUME_FIELD_PATH,
+)
+from sglang_operator.api.spec import SGLangDeploymentSpec
+from sglang_operator.api.validation import parse_spec
+from sglang_operator.render import Owner, render_all
+from sglang_operator.render.workers import API_KEY_ENV, worker_pod
+
+from .edge_specs import EDGE_SPECS
+
+K8S_VERSION = "1.34.0"
+OWNER = Owner(name="demo", namespace="team-a", uid="7f0c2a4e-0000-4000-8000-000000000001")
+
+
+def _spec(raw: dict[str, Any]) -> SGLangDeploymentSpec:
+    spec, errors = parse_spec(raw, strict=True)
+    assert spec is not None, errors
+    return spec
+
+
+def _errors(raw: dict[str, Any]) -> list[tuple[str, str]]:
+    return [(e.field, e.message) for e in parse_spec(raw, strict=True)[1]]
+
+
+# -- Kubernetes' checks, ported as oracles ------------------------------------------------------------------------
+
+
+def _k8s_descending_path(path: str) -> bool:
+    """validateLocalDescendingPath: not absolute, no '..' element."""
+    return not path.startswith("/") and ".." not in path.split("/")
+
+
+def _k8s_non_reserved_path(path: str) -> bool:
+    """ValidateLocalNonReservedPath: a descending path not starting with '..'."""
+    return _k8s_descending_path(path) and not path.startswith("..")
+
+
+def _k8s_config_key(key: str) -> bool:
+    """apimachinery IsConfigMapKey."""
+    return re.fullmatch(r"[-._a-zA-Z0-9]+", key) is not None and key not in (".", "..") and not key.startswith("..")
+
+
+def _k8s_env_name(name: str) -> bool:
+    """apimachinery IsEnvVarName (the strict form clusters before relaxed env names use)."""
+    return (
+        re.fullmatch(r"[-._a-zA-Z][-._a-zA-Z0-9]*", name) is not None
+        and name not in (".", "..")
+        and not (name.startswith(".."))
+    )
+
+
+def _strings(alphabet: str, longest: int) -> list[str]:
+    return ["".join(p) for n in range(1, longest + 1) for p in itertools.product(alphabet, repeat=n)]
+
+
+@pytest.mark.parametrize(
+    ("pattern", "oracle", "alphabet"),
+    [
+        (DESCENDING_PATH, _k8s_descending_path, "./a"),
+        (RELATIVE_PATH, _k8s_non_reserved_path, "./a"),
+        (CONFIG_KEY, _k8s_config_key, ".a/-_ "),
+        (ENV_NAME, _k8s_env_name, ".a1=-"),
+    ],
+    ids=["subPath", "item path", "Secret key", "env name"],
+)
+def test_patterns_agree_with_kubernetes_on_every_short_string(pattern: str, oracle: Any, alphabet: str) -> None:
+    """Exhaustive over strings of up to 6 characters: the schema refuses exactly what the API server refuses in
+    a pod (the path patterns add only what the template's other bounds already refuse: control characters)."""
+    disagree = [s for s in _strings(alphabet, 6) if (re.search(pattern, s) is not None) != oracle(s)]
+    assert disagree == []
+
+
+@pytest.mark.parametrize(
+    ("path", "env", "volume"),
+    [
+        ("metadata.name", True, True),
+        ("metadata.uid", True, True),
+        ("spec.nodeName", True, False),
+        ("spec.serviceAccountName", True, False),
+        ("status.hostIPs", True, False),
+        ("status.podIP", True, False),
+        ("metadata.labels", False, True),
+        ("metadata.annotations", False, True),
+        ("metadata.labels['app.kubernetes.io/name']", True, True),
+        ("metadata.annotations['example.com/x']", True, True),
+        ("status.phase", False, False),
+        ("spec.restartPolicy", False, False),
+        ("metadata.ownerReferences", False, False),
+        ("spec.nodeName['x']", False, False),
+        ("metadata.labels['bad key']", False, False),
+        ("metadata.labels[app]", False, False),
+    ],
+)
+def test_field_paths_are_those_pods_have(path: str, env: bool, volume: bool) -> None:
+    """Kubernetes 1.37's validEnvDownwardAPIFieldPathExpressions and validVolumeDownwardAPIFieldPathExpressions."""
+    assert (re.search(ENV_FIELD_PATH, path) is not None, re.search(VOLUME_FIELD_PATH, path) is not None) == (
+        env,
+        volume,
+    )
+
+
+# -- envFrom (gap 9) ------------------------------------------------------------------------------------------------
+
+
+def test_env_from_in_the_kubernetes_form_is_accepted_and_rendered() -> None:
+    spec = _spec(EDGE_SPECS["env-from-both-kinds"])
+    pod = worker_pod(spec, OWNER, "r1", 0, 0)
+    main = pod["spec"]["containers"][0]
+    assert main["envFrom"] == [{"secretRef": {"name": "tenant-env"}}]
+    sidecar = next(c for c in pod["spec"]["containers"] if c["name"] == "helper")
+    assert sidecar["envFrom"] == [
+        {"prefix": "CM_", "configMapRef": {"name": "settings", "optional": True}},
+        {"secretRef": {"name": "tenant-env", "optional": False}},
+    ]
+    kubernetes_validate.validate(pod, K8S_VERSION, strict=True)
+
+
+def test_env_from_with_a_key_is_an_unknown_field() -> None:
+    """The old type required `key`, which Kubernetes' envFrom does not have (the normal form was refused)."""
+    raw = {"model": {"path": "m"}, "template": {"spec": {"containers": [
+        {"name": "sglang", "envFrom": [{"secretRef": {"name": "s", "key": "token"}}]}]}}}  # fmt: skip
+    unknown = [field for field, message in _errors(raw) if message.startswith("unknown field")]
+    assert unknown == ["spec.template.spec.containers[0].envFrom[0].secretRef.key"]
+    spec = SGLangDeploymentSpec.model_validate(raw)  # the operator's lenient parse ignores it (as pruning would)
+    pod = worker_pod(spec, OWNER, "r1", 0, 0)
+    assert pod["spec"]["containers"][0]["envFrom"] == [{"secretRef": {"name": "s"}}]
+
+
+def test_the_operators_env_wins_over_a_tenants_env_from() -> None:
+    """A Secret sourced whole by envFrom may hold HF_TOKEN, HF_HOME, POD_IP or the workers' API key variable: the
+    operator sets each in `env`, which the kubelet applies after envFrom (kubelet_pods.go: "Env will override
+    EnvFrom variables"), so the operator's value is the one the process sees."""
+    spec = _spec(EDGE_SPECS["env-from-both-kinds"])
+    pod = worker_pod(spec, OWNER, "r1", 0, 0)
+    pod["metadata"]["uid"] = "u-1"
+    pod["spec"]["nodeName"] = "node-1"
+    main = pod["spec"]["containers"][0]
+    operator_env = {e["name"] for e in main["env"]}
+    assert {"POD_NAME", "POD_NAMESPACE", "POD_IP", "HF_HOME", "HF_TOKEN", API_KEY_ENV} <= operator_env
+    hostile = {name: f"tenant-{name}" for name in (*operator_env, "TENANT_ONLY")}
+    env = container_env(
+        pod,
+        main,
+        PodFacts(pod_ip="10.0.0.7", host_ip="10.0.0.1", node_allocatable={}),
+        secrets={"tenant-env": hostile, "hf": {"token": "real-hf"}, "keys": {"workers": "real-key"}},
+        config_maps={},
+        services={},
+    )
+    assert env["HF_TOKEN"] == "real-hf" and env[API_KEY_ENV] == "real-key" and env["POD_IP"] == "10.0.0.7"
+    assert env["HF_HOME"] == spec.model.cache.mount_path and env["TENANT_ONLY"] == "tenant-TENANT_ONLY"
+
+
+# -- annotations (gap 8) ----------------------------------------------------------------------------------------------
+
+
+def test_the_operators_annotations_fit_their_share() -> None:
+    """Template annotations may use TEMPLATE_ANNOTATION_BYTES; the operator's own (rendered, and those it patches
+    on later: drain and warm state, the spec hash) must fit in the rest, or a full template would get pods refused."""
+    spec = _spec({"model": {"path": "m"}, "engine": {"port": 65535}, "parallelism": {"tp": 64, "nnodes": 64}})
+    annotations = dict(worker_pod(spec, OWNER, "r" * 10, 511, 63, group="g" * 63)["metadata"]["annotations"])
+    annotations |= {ANNOTATION_DRAINING: "2026-12-31T23:59:59.999999+00:00", ANNOTATION_WARM: "true"}
+    annotations |= {ANNOTATION_SPEC_HASH: "f" * 64}
+    used = sum(len(k.encode()) + len(v.encode()) for k, v in annotations.items())
+    assert used * 4 < OPERATOR_ANNOTATION_BYTES
+    assert TEMPLATE_ANNOTATION_BYTES + OPERATOR_ANNOTATION_BYTES == POD_ANNOTATION_BYTES
+
+
+def test_the_annotation_budget_counts_bytes() -> None:
+    """The API server counts bytes; a rule counting characters would pass 160 Ki two-byte characters."""
+    under = {f"example.com/a{i}": "\u00e9" * 4096 for i in range(31)}  # 254 KiB of bytes minus keys: accepted
+    over = {f"example.com/a{i}": "\u00e9" * 4096 for i in range(32)}
+    assert _errors({"model": {"path": "m"}, "template": {"metadata": {"annotations": under}}}) == []
+    assert [f for f, _ in _errors({"model": {"path": "m"}, "template": {"metadata": {"annotations": over}}})] == [
+        "spec.template.metadata.annotations"
+    ]
+
+
+# -- sidecar accelerators (gap 10) -------------------------------------------------------------------------------------
+
+
+_EXTENDED = ["nvidia.com/gpu", "nvidia.com/mig-1g.10gb", "amd.com/gpu", "google.com/tpu", "habana.ai/gaudi",
+             "gpu.intel.com/xe", "example.com/widget", "hugepages-2Mi"]  # fmt: skip
+
+
+@pytest.mark.parametrize("resource", _EXTENDED)
+@pytest.mark.parametrize("kind", ["requests", "limits"])
+@pytest.mark.parametrize("where", ["containers", "initContainers"])
+def test_sidecars_and_init_containers_get_no_extended_resource(resource: str, kind: str, where: str) -> None:
+    container = {"name": "helper", "image": "busybox:1.36", "resources": {kind: {resource: "1"}}}
+    raw = {"model": {"path": "m"}, "resources": {"gpuResourceName": "nvidia.com/mig-3g.40gb"},
+           "template": {"spec": {where: [container]}}}  # fmt: skip
+    assert f"spec.template.spec.{where}" in [field for field, _ in _errors(raw)]
+
+
+@pytest.mark.parametrize("where", ["containers", "initContainers"])
+def test_sidecars_keep_cpu_memory_and_ephemeral_storage(where: str) -> None:
+    amounts = dict.fromkeys(SIDECAR_RESOURCES, "1")
+    container = {"name": "helper", "image": "busybox:1.36", "resources": {"requests": amounts, "limits": amounts}}
+    assert _errors({"model": {"path": "m"}, "template": {"spec": {where: [container]}}}) == []
+
+
+def test_the_main_container_keeps_its_own_extended_resources() -> None:
+    """RDMA devices and the like are the worker's to ask for: the rule is about sidecars and init containers."""
+    main = {"name": "sglang", "resources": {"limits": {"rdma/ib": "1"}}}
+    assert _errors({"model": {"path": "m"}, "template": {"spec": {"containers": [main]}}}) == []
+
+
+# -- every edge-case spec renders valid children ------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("name", sorted(EDGE_SPECS))
+def test_edge_specs_are_accepted_and_render_valid_children(name: str) -> None:
+    objects = render_all(_spec(EDGE_SPECS[name]), OWNER)
+    pods = [o for o in objects if o["kind"] == "Pod"]
+    assert pods
+    for obj in objects:
+        if obj["apiVersion"].startswith(("monitoring.coreos.com", "inference.networking")):
+            continue  # CRDs kubernetes-validate has no schema for
+        kubernetes_validate.validate(obj, K8S_VERSION, strict=True)
+    for pod in pods:
+        annotations = pod["metadata"].get("annotations", {})
+        assert sum(len(k.encode()) + len(v.encode()) for k, v in annotations.items()) <= POD_ANNOTATION_BYTES
