@@ -23,6 +23,7 @@ from .capacity import concurrency_per_replica, plan_for_spec, replicas_for_load
 from .controller.leasetiming import Timing
 from .crfile import CRFileError, LoadedCR, load_cr
 from .groupplan import GroupArgError, format_plan, parse_group, plan_groups
+from .kubeyaml import kubectl_dumper
 from .render import Owner, render_all
 from .settings import OperatorSettings, PodPolicy
 
@@ -34,7 +35,8 @@ MAX_RENDERED_PODS = 1024
 """Worker pods `render` prints at most (about 3 MB of YAML, 2 s): a preview, never an unbounded amount of output."""
 MAX_PLANNED_REPLICAS = 1e9
 """`plan` answers up to here; beyond, the units are wrong (and a float no longer rounds to a count)."""
-_Dumper: type[yaml.SafeDumper] = getattr(yaml, "CSafeDumper", yaml.SafeDumper)  # libyaml's emitter: same text, faster
+# libyaml's emitter (same text, faster), quoting what kubectl would read otherwise (`y`, `0o10`)
+_Dumper = kubectl_dumper(getattr(yaml, "CSafeDumper", yaml.SafeDumper))
 
 
 class UsageError(Exception):

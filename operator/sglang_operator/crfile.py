@@ -1,4 +1,4 @@
-"""Reading an SGLangDeployment from a file a tenant wrote, with every cost bounded.
+"""Reading an SGLangDeployment from a file a tenant wrote, with every cost bounded, as `kubectl` reads it.
 
 `sglang-operator validate` and `render` take any file: one that is not UTF-8, a YAML "billion laughs" made of
 aliases, 20,000 nested brackets or a number of 10,000 digits must each give one clear line, in well under a second
@@ -8,8 +8,18 @@ small file expands into gigabytes), no tags beyond YAML's core types (a CR holds
 levels of nesting and `MAX_NODES` values, no duplicate keys, no lone surrogate escapes, no numbers of more than
 `MAX_NUMBER_CHARS` characters. Only then is the document built, by a loader that reads timestamps as the strings
 the API server sees.
+
+A review gate runs `validate` on the file that `kubectl apply -f` then sends, so `validate` must read what kubectl
+reads (issue 29, gap 7). kubectl reads a file that parses as JSON with Go's JSON decoder, and any other file by
+splitting it at lines that start with `---` and reading each part with go-yaml v2; `validate` reads with PyYAML's
+YAML 1.1. Every construct on which they differ is refused, with the line and the construct: a plain scalar that
+the two resolve to different values (`y`, `0o10`, `1e3`, `1:30`, `! 12`; see `kubeyaml`), a merge key `<<` (the
+two disagree on which value wins), a map key that is not a string to either, `=`, the escape `\\/` (PyYAML only),
+`%YAML`/`%TAG` directives and `---` lines that kubectl splits on where YAML sees no document start, and a JSON file
+whose numbers PyYAML reads otherwise (`1e3`).
 """
 
+import json
 import re
 import sys
 from collections.abc import Iterator
@@ -21,6 +31,7 @@ import yaml
 
 from .api.constants import API_VERSION, KIND
 from .api.rule import FieldError
+from .kubeyaml import Scalar, describe, kubectl_scalar, same_value
 
 MAX_BYTES = 1 << 20
 """The largest CR file read (the API server's own limit on an object is 1.5 MiB of JSON; real CRs are a few KiB)."""
@@ -38,7 +49,12 @@ _CORE_TAGS = frozenset(
     f"tag:yaml.org,2002:{name}" for name in ("str", "int", "float", "bool", "null", "map", "seq")
 ) | {"!"}
 _TIMESTAMP_TAG = "tag:yaml.org,2002:timestamp"
+_JSON_TAGS = {f"tag:yaml.org,2002:{name}": name for name in ("str", "int", "float", "bool", "null")}
+"""The tags of scalars both readers turn into a JSON value (PyYAML also resolves `<<` and `=` to tags of its own)."""
 _SURROGATE = re.compile("[\ud800-\udfff]")
+_ESCAPE = re.compile(r"\\(.)", re.DOTALL)
+_SEPARATOR = "---"
+"""kubectl splits a YAML file at every line that starts with this (k8s.io/apimachinery's YAMLReader)."""
 
 _BaseLoader: type[yaml.SafeLoader] = getattr(yaml, "CSafeLoader", yaml.SafeLoader)
 
@@ -120,28 +136,141 @@ class _Frame:
     keys: set[str] = field(default_factory=set)
 
 
-def _check_key(frame: _Frame, event: yaml.Event, name: str) -> None:
+def _check_key(frame: _Frame, event: yaml.Event, name: str) -> bool:
     """In a mapping, nodes alternate key, value: a key must be a scalar, and appear once (the API server refuses a
-    duplicate field; YAML loaders silently keep the last)."""
+    duplicate field; YAML loaders silently keep the last). Says whether `event` is a key."""
     if not frame.mapping:
-        return
+        return False
     is_key, frame.expect_key = frame.expect_key, not frame.expect_key
     if not is_key:
-        return
+        return False
     if not isinstance(event, yaml.ScalarEvent):
         raise CRFileError(f"{name}: {_line(event)}: a map key must be a plain string, not a list or a map")
     if event.value in frame.keys:
         raise CRFileError(f"{name}: {_line(event)}: the key {event.value[:60]!r} appears twice in one map; keep one")
     frame.keys.add(event.value)
+    return True
 
 
-def check_events(text: str, name: str, loader_cls: type[yaml.SafeLoader] = CRLoader) -> None:
-    """Refuse, before composing anything, what would make composing unbounded or the result no JSON value. Stops at
-    the first problem, so a 20,000-deep file costs no more than 65 levels of it."""
+def _kind(value: Scalar) -> str:
+    """go-yaml's tag for a value `kubectl_scalar` returned."""
+    if isinstance(value, bool):
+        return "bool"
+    if value is None:
+        return "null"
+    return {int: "int", float: "float"}.get(type(value), "str")
+
+
+def _validate_reading(loader: yaml.SafeLoader, tag: str, value: str) -> tuple[bool, Any]:
+    """(True, what PyYAML builds of `value` under `tag`), or (False, None) where it cannot (`0b_`, `!!bool y`)."""
+    try:
+        return True, loader.construct_object(yaml.ScalarNode(tag, value))
+    except (ValueError, KeyError, TypeError, yaml.YAMLError):
+        return False, None
+
+
+def _reading_problem(event: yaml.ScalarEvent, loader: yaml.SafeLoader, is_key: bool) -> str | None:
+    """Why `validate` (PyYAML, YAML 1.1) and kubectl (go-yaml v2) read this scalar differently, or None: only
+    plain scalars and tagged ones can differ; a quoted one is the same string to both."""
+    value, tag = event.value, event.tag
+    shown = repr(value[:40])
+    if tag is None and not event.implicit[0]:
+        return None
+    if tag is None or tag == "!":
+        kubectl: Scalar = kubectl_scalar(value) if tag is None else value  # go-yaml never resolves `!` scalars
+        tag = loader.resolve(yaml.ScalarNode, value, (True, False))  # type: ignore[no-untyped-call]
+        what = f"the unquoted {shown}" if event.tag is None else f"the '!'-tagged {shown}"
+        if tag == "tag:yaml.org,2002:merge":
+            return (
+                "the YAML merge key '<<' is not accepted: validate and kubectl's reader disagree on which value wins "
+                "where a merged key is also written out; write the keys out (or quote '<<' if you mean the string)"
+            )
+        if tag not in _JSON_TAGS:
+            return f"{what} is YAML 1.1's {tag.rpartition(':')[2]!r} type to validate and a string to kubectl: quote it"
+    else:
+        name = _JSON_TAGS[tag]
+        if name == "str":
+            return None
+        kubectl = kubectl_scalar(value)
+        what = f"!!{name} {shown}"
+        if not (_kind(kubectl) == name or (name == "float" and _kind(kubectl) == "int")):
+            return f"{what}: kubectl reads {shown} as {describe(kubectl)} and refuses the tag; write the value plainly"
+    readable, validate = _validate_reading(loader, tag, value)
+    if not readable:
+        return f"{what} is {describe(kubectl)} to kubectl and no value to validate (YAML 1.1): quote it"
+    if is_key and not (isinstance(validate, str) and isinstance(kubectl, str)):
+        who, reading = ("validate", validate) if not isinstance(validate, str) else ("kubectl", kubectl)
+        return f"the map key {shown} is {describe(reading)} to {who}, not a string: quote the key"
+    if not same_value(validate, kubectl):
+        return (
+            f"{what} is {describe(kubectl)} to kubectl and {describe(validate)} to validate (YAML 1.1 readers differ "
+            "on it): quote it if you mean the string, or write it as both read it (true, false, null, 10, 0.5)"
+        )
+    return None
+
+
+def _escape_problem(event: yaml.ScalarEvent, text: str) -> str | None:
+    """The escape `\\/` in a double-quoted scalar is '/' to PyYAML and an error to go-yaml (the one escape they
+    disagree on; `\\'` is an error to PyYAML)."""
+    if event.style != '"' or "/" not in event.value or event.start_mark is None or event.end_mark is None:
+        return None
+    raw = text[event.start_mark.index : event.end_mark.index]
+    if any(match.group(1) == "/" for match in _ESCAPE.finditer(raw)):
+        return "the escape \\/ in a double-quoted string is '/' to validate and an error to kubectl: write / alone"
+    return None
+
+
+def _separators(text: str, name: str) -> set[int]:
+    """The offsets of the lines at which kubectl cuts a YAML file into documents: each line that starts with `---`,
+    before any YAML is parsed (it refuses anything after the dashes but a comment)."""
+    offset = 0
+    separators: set[int] = set()
+    for line in text.split("\n"):
+        if line.startswith(_SEPARATOR):
+            rest = line[len(_SEPARATOR) :].strip()
+            if rest and not rest.startswith("#"):
+                raise CRFileError(
+                    f"{name}: line {text[:offset].count(chr(10)) + 1}: kubectl refuses a '---' line with more than a "
+                    f"comment after it ({rest[:30]!r}): put the document on the next line"
+                )
+            separators.add(offset)
+        offset += len(line) + 1
+    return separators
+
+
+def _check_separators(text: str, name: str, separators: set[int], document_starts: set[int]) -> None:
+    """YAML starts a document at `---` followed by a space or a line break, after any line break (`\\u2028` too):
+    kubectl and YAML must cut the file at the same places."""
+    for start in sorted(separators ^ document_starts):
+        line = f"{name}: line {text[:start].count(chr(10)) + 1}"
+        if start in separators:
+            raise CRFileError(f"{line}: kubectl starts a new document at this '---' line and YAML does not")
+        raise CRFileError(
+            f"{line}: YAML starts a document here and kubectl does not (a '---' after a line break other than "
+            "\\n): start each document on a line of its own"
+        )
+
+
+def check_events(
+    text: str, name: str, loader_cls: type[yaml.SafeLoader] = CRLoader, *, kubectl_yaml: bool = True
+) -> None:
+    """Refuse, before composing anything, what would make composing unbounded or the result no JSON value, and
+    (`kubectl_yaml`: kubectl reads the file as YAML, not as JSON) what go-yaml reads otherwise. Stops at the first
+    problem, so a 20,000-deep file costs no more than 65 levels of it."""
     resolver = loader_cls("")
     frames: list[_Frame] = []  # one per open mapping or sequence
     nodes = 0
+    separators = _separators(text, name) if kubectl_yaml else set()
+    document_starts: set[int] = set()
     for event in _events(text, loader_cls):
+        if isinstance(event, yaml.DocumentStartEvent):
+            if event.version is not None or event.tags:
+                raise CRFileError(
+                    f"{name}: {_line(event)}: YAML directives (%YAML, %TAG) are not accepted: kubectl cuts the file "
+                    "at '---' and reads a directive apart from its document; leave them out"
+                )
+            if event.explicit and event.start_mark is not None:
+                document_starts.add(event.start_mark.index)
         if isinstance(event, yaml.NodeEvent):
             nodes += 1
             if nodes > MAX_NODES:
@@ -161,8 +290,7 @@ def check_events(text: str, name: str, loader_cls: type[yaml.SafeLoader] = CRLoa
                 f"{name}: {_line(event)}: the YAML tag {tag[:60]!r} is not accepted: a CR holds strings, numbers, "
                 "booleans, lists and maps only"
             )
-        if frames and isinstance(event, yaml.NodeEvent):
-            _check_key(frames[-1], event, name)
+        is_key = bool(frames) and isinstance(event, yaml.NodeEvent) and _check_key(frames[-1], event, name)
         if isinstance(event, yaml.MappingStartEvent | yaml.SequenceStartEvent):
             frames.append(_Frame(mapping=isinstance(event, yaml.MappingStartEvent)))
             if len(frames) > MAX_DEPTH:
@@ -182,13 +310,61 @@ def check_events(text: str, name: str, loader_cls: type[yaml.SafeLoader] = CRLoa
                     f"{name}: {_line(event)}: a number of {len(event.value)} characters is not accepted: no field "
                     "takes one that large"
                 )
+            problem = (
+                (_reading_problem(event, resolver, is_key) or _escape_problem(event, text)) if kubectl_yaml else None
+            )
+            if problem:
+                raise CRFileError(f"{name}: {_line(event)}: {problem}")
+    if kubectl_yaml:
+        _check_separators(text, name, separators, document_starts)
+
+
+def _no_constant(word: str) -> Any:
+    raise ValueError(f"{word} is no JSON")
+
+
+def _kubectl_json(text: str) -> tuple[bool, Any]:
+    """(True, the value) where kubectl reads `text` as JSON: it starts with `{` and Go's JSON decoder takes it whole
+    (else kubectl reads it as YAML); Python's decoder, without NaN and Infinity, takes the same texts."""
+    if not text.lstrip().startswith("{"):
+        return False, None
+    try:
+        return True, json.loads(text, parse_constant=_no_constant)
+    except (ValueError, RecursionError):
+        return False, None
+
+
+def _difference(validate: Any, kubectl: Any, path: str) -> str | None:
+    """The first place where two readings of one document differ ('' for the document itself), or None."""
+    if isinstance(validate, dict) and isinstance(kubectl, dict):
+        if list(validate) != list(kubectl):
+            return path or "the document"
+        return next(
+            (d for k in kubectl if (d := _difference(validate[k], kubectl[k], f"{path}.{k}".lstrip("."))) is not None),
+            None,
+        )
+    if isinstance(validate, list) and isinstance(kubectl, list):
+        if len(validate) != len(kubectl):
+            return path or "the document"
+        return next(
+            (
+                d
+                for i, (a, b) in enumerate(zip(validate, kubectl, strict=True))
+                if (d := _difference(a, b, f"{path}[{i}]")) is not None
+            ),
+            None,
+        )
+    if isinstance(validate, dict | list) or isinstance(kubectl, dict | list) or not same_value(validate, kubectl):
+        return path or "the document"
+    return None
 
 
 def parse_documents(text: str, name: str, loader_cls: type[yaml.SafeLoader] = CRLoader) -> list[Any]:
     """The non-empty YAML documents of `text`, after `check_events`."""
+    is_json, kubectl = _kubectl_json(text)
     try:
-        check_events(text, name, loader_cls)
-        return [doc for doc in yaml.load_all(text, Loader=loader_cls) if doc is not None]
+        check_events(text, name, loader_cls, kubectl_yaml=not is_json)
+        documents = [doc for doc in yaml.load_all(text, Loader=loader_cls) if doc is not None]
     except yaml.reader.ReaderError as exc:
         line = text[: exc.position].count("\n") + 1
         code = ord(exc.character) if isinstance(exc.character, str) else int(exc.character)
@@ -204,6 +380,12 @@ def parse_documents(text: str, name: str, loader_cls: type[yaml.SafeLoader] = CR
         if context and context_mark is not None:
             problem += f" ({context} at line {context_mark.line + 1})"
         raise CRFileError(f"{name}: invalid YAML{where}: {problem}") from exc
+    if is_json and (path := _difference(documents[0] if len(documents) == 1 else documents, kubectl, "")):
+        raise CRFileError(
+            f"{name}: kubectl reads a file that starts with '{{' as JSON, and reads {path} otherwise than validate "
+            "(YAML 1.1: 1e3 is a string, 1.0e3 too): write numbers as decimals (1000, 0.5)"
+        )
+    return documents
 
 
 def _brief(value: Any) -> str:

@@ -8,6 +8,8 @@ from typing import Any, Literal
 
 import yaml
 
+from sglang_operator.kubeyaml import KubectlDumper
+
 SCHEMA = "schema"
 UNKNOWN = "unknown-field"
 POLICY = "policy"
@@ -40,7 +42,7 @@ class Hostile:
         return yaml.dump(self.doc, Dumper=_PlainDumper, sort_keys=False, width=10_000)
 
 
-class _PlainDumper(yaml.SafeDumper):
+class _PlainDumper(KubectlDumper):
     """Writes a repeated value out again instead of as an anchor and an alias (which the CLI refuses)."""
 
     def ignore_aliases(self, data: Any) -> bool:

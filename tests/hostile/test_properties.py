@@ -19,6 +19,7 @@ from hypothesis import strategies as st
 
 from sglang_operator.api.constants import LABEL_REPLICA
 from sglang_operator.api.validation import check_pod_policy, parse_spec
+from sglang_operator.kubeyaml import KubectlDumper
 from sglang_operator.render import Owner, render_all
 from sglang_operator.settings import OperatorSettings, PodPolicy
 
@@ -66,7 +67,7 @@ JSON_VALUES = st.recursive(
 )
 
 
-class _PlainDumper(yaml.SafeDumper):
+class _PlainDumper(KubectlDumper):
     """Writes a value twice rather than as an anchor and an alias, which the CLI refuses (as kubectl never writes)."""
 
     def ignore_aliases(self, data: Any) -> bool:
