@@ -185,9 +185,8 @@ CASES: list[tuple[str, str, dict[str, Any], dict[str, Any]]] = [
      {"template": {"spec": {"containers": [{"name": "sglang", "command": ["sh", "-c", "id"]}]}}},
      {"template": {"spec": {"containers": [{"name": "sglang", "env": [{"name": "NCCL_DEBUG", "value": "INFO"}]},
                                            {"name": "log-shipper", "image": "fluent/fluent-bit:3"}]}}}),
-    ("spec.template.spec.containers", "GPU resource",
-     {"template": {"spec": {"containers": [{"name": "miner", "image": "x",
-                                            "resources": {"limits": {"nvidia.com/gpu": "8"}}}]}}},
+    ("spec.template.spec.containers", "GPU resource",  # a sidecar asking for it also breaks the sidecar rule
+     {"template": {"spec": {"containers": [{"name": "sglang", "resources": {"limits": {"nvidia.com/gpu": "8"}}}]}}},
      {"template": {"spec": {"containers": [{"name": "helper", "image": "x",
                                             "resources": {"limits": {"cpu": "1"}}}]}}}),
     ("spec.template.spec.initContainers", "needs an image",
@@ -236,6 +235,11 @@ CASES: list[tuple[str, str, dict[str, Any], dict[str, Any]]] = [
          {"name": "sglang", "volumeMounts": [{"name": "v", "mountPath": "/dev/shm"}]}]}}},
      {"template": {"spec": {"volumes": [{"name": "v", "emptyDir": {}}], "containers": [
          {"name": "sglang", "volumeMounts": [{"name": "v", "mountPath": "/dev/shm/v"}]}]}}}),
+    ("spec.template.spec.containers", "must not use a mountPath twice",
+     {"template": {"spec": {"volumes": [{"name": "v", "emptyDir": {}}], "containers": [
+         {"name": "sglang", "volumeMounts": [{"name": "v", "mountPath": "/a"}, {"name": "v", "mountPath": "/a"}]}]}}},
+     {"template": {"spec": {"volumes": [{"name": "v", "emptyDir": {}}], "containers": [
+         {"name": "sglang", "volumeMounts": [{"name": "v", "mountPath": "/a"}, {"name": "v", "mountPath": "/b"}]}]}}}),
     ("spec.template.spec.initContainers", "must not use a mountPath twice",
      {"template": {"spec": {"volumes": [{"name": "v", "emptyDir": {}}], "initContainers": [
          {"name": "i", "image": "b",

@@ -74,7 +74,7 @@ CASES: list[Hostile] = [
                                                 {"name": "i", "image": "busybox:1.36"}]})),
             "spec.template.spec.containers", _UNIQUE, SCHEMA, "every pod refused: duplicate name i"),
     Hostile("group-init-named-like-main", cr(_group(_init(name="sglang")["template"])),
-            "spec.workerGroups[0].template.spec.initContainers", _INIT_MAIN, SCHEMA,
+            "spec.workerGroups", _INIT_MAIN, SCHEMA,
             "the group's pods refused: duplicate name sglang"),
 
     # --- '..' in a subPath, an item's path or key, a Secret key (gap 8) ---
@@ -149,7 +149,7 @@ CASES: list[Hostile] = [
             "spec.template.metadata.annotations", _ANNOTATIONS, SCHEMA,
             "160 Ki characters but 320 KiB: the API server counts bytes"),
     Hostile("group-annotations-over-pod-limit", cr(_group(_big_annotations(32)["template"])),
-            "spec.workerGroups[0].template.metadata.annotations", _ANNOTATIONS, SCHEMA,
+            "spec.workerGroups", _ANNOTATIONS, SCHEMA,
             "the group's pods refused: annotations over 256 KiB"),
 
     # --- a mount on a path the operator mounts, or twice in one container (gap 8) ---

@@ -10,7 +10,11 @@ Sidecars and init containers may request only cpu, memory and ephemeral-storage.
 the GPUs parallelism gives the main container, of `resources.gpuResourceName`; a sidecar asking for any other
 extended resource (`nvidia.com/mig-1g.10gb` on a fleet of `nvidia.com/gpu`, `amd.com/gpu`, `google.com/tpu`, ...)
 would take accelerators outside that budget. Which extended resources a cluster treats as accelerators is known to
-its device plugins, not to the operator, so a sidecar gets none: a helper process needs no device.
+its device plugins, not to the operator, so a sidecar gets none: a helper process needs no device. (The fleet's own
+GPU resource is refused by name in `tenant_rules` as well; a sidecar asking for it gets both errors.)
+
+Each rule reads as few fields as it can (the template alone where possible): a worker group's template replaces the
+fleet's, so every rule is checked once more per group, and the API server bounds the estimated cost of each.
 """
 
 from .limits import TEMPLATE_ANNOTATION_BYTES
@@ -64,17 +68,14 @@ def _main_mounts_clear(spec: SGLangDeploymentSpec) -> bool:
     )
 
 
-def _sidecar_resources_only(container: Container, spec: SGLangDeploymentSpec) -> bool:
-    """Only SIDECAR_RESOURCES; the fleet's own GPU resource is left to the rule that refuses it by name
-    (`tenant_rules`), so that a sidecar asking for it gets that one error."""
+def _sidecar_resources_only(container: Container) -> bool:
     if container.resources is None:
         return True
-    names = {*container.resources.requests, *container.resources.limits}
-    return names <= {*SIDECAR_RESOURCES, spec.resources.gpu_resource_name}
+    return {*container.resources.requests, *container.resources.limits} <= set(SIDECAR_RESOURCES)
 
 
 def _sidecar_resources_cel(container: str) -> str:
-    allowed = f"r in {_SIDECAR_RESOURCES_CEL} || r == self.resources.gpuResourceName"
+    allowed = f"r in {_SIDECAR_RESOURCES_CEL}"
     return (
         f"(!has({container}.resources) || "
         f"((!has({container}.resources.requests) || {container}.resources.requests.all(r, {allowed})) && "
@@ -90,6 +91,9 @@ def _one_env_source(var: EnvVar) -> bool:
     return count == 1 and not var.value
 
 
+_UNIQUE_MOUNTS = (
+    "volumeMounts must not use a mountPath twice in one container: the API server refuses the pod otherwise."
+)
 _ENV_SOURCES = ("secretKeyRef", "configMapKeyRef", "fieldRef", "resourceFieldRef")
 
 
@@ -139,18 +143,22 @@ POD_RULES: tuple[Rule, ...] = (
     ),
     Rule(
         field="spec.template.spec.containers",
-        message=f"volumeMounts must not use a mountPath twice in one container, and the '{MAIN_CONTAINER}' "
-        f"container's must not use {SHARED_MEMORY_PATH} or model.cache.mountPath, where the operator mounts shared "
-        "memory and the model cache: the API server refuses the pod otherwise; choose another mountPath.",
-        cel=f"!has({_C}) || {_C}.all(c, {_unique_mount_paths_cel('c')} && (c.name != '{MAIN_CONTAINER}' || "
-        f"!has(c.volumeMounts) || c.volumeMounts.all(m, m.mountPath != '{SHARED_MEMORY_PATH}' && "
-        "m.mountPath != self.model.cache.mountPath)))",
-        holds=lambda s: all(_unique_mount_paths(c) for c in _containers(s)) and _main_mounts_clear(s),
+        message=f"the '{MAIN_CONTAINER}' container's volumeMounts must not use {SHARED_MEMORY_PATH} or "
+        "model.cache.mountPath, where the operator mounts shared memory and the model cache: the API server "
+        "refuses the pod otherwise; choose another mountPath.",
+        cel=f"!has({_C}) || {_C}.all(c, c.name != '{MAIN_CONTAINER}' || !has(c.volumeMounts) || "
+        f"c.volumeMounts.all(m, m.mountPath != '{SHARED_MEMORY_PATH}' && m.mountPath != self.model.cache.mountPath))",
+        holds=_main_mounts_clear,
+    ),
+    Rule(
+        field="spec.template.spec.containers",
+        message=_UNIQUE_MOUNTS,
+        cel=f"!has({_C}) || {_C}.all(c, {_unique_mount_paths_cel('c')})",
+        holds=lambda s: all(_unique_mount_paths(c) for c in _containers(s)),
     ),
     Rule(
         field="spec.template.spec.initContainers",
-        message="volumeMounts must not use a mountPath twice in one container: the API server refuses the pod "
-        "otherwise.",
+        message=_UNIQUE_MOUNTS,
         cel=f"!has({_I}) || {_I}.all(c, {_unique_mount_paths_cel('c')})",
         holds=lambda s: all(_unique_mount_paths(c) for c in _init_containers(s)),
     ),
@@ -175,14 +183,14 @@ POD_RULES: tuple[Rule, ...] = (
         "(nvidia.com/*, amd.com/gpu, google.com/tpu, ...) are the worker container's, counted by parallelism and "
         "autoscaling.maxGPUs.",
         cel=f"!has({_C}) || {_C}.all(c, c.name == '{MAIN_CONTAINER}' || {_sidecar_resources_cel('c')})",
-        holds=lambda s: all(c.name == MAIN_CONTAINER or _sidecar_resources_only(c, s) for c in _containers(s)),
+        holds=lambda s: all(c.name == MAIN_CONTAINER or _sidecar_resources_only(c) for c in _containers(s)),
     ),
     Rule(
         field="spec.template.spec.initContainers",
         message=f"an init container may request only {', '.join(SIDECAR_RESOURCES)}: GPUs and every other extended "
         "resource are the worker container's, counted by parallelism and autoscaling.maxGPUs.",
         cel=f"!has({_I}) || {_I}.all(c, {_sidecar_resources_cel('c')})",
-        holds=lambda s: all(_sidecar_resources_only(c, s) for c in _init_containers(s)),
+        holds=lambda s: all(_sidecar_resources_only(c) for c in _init_containers(s)),
     ),
     Rule(
         field="spec.engine.env",

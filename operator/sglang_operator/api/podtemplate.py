@@ -106,7 +106,7 @@ class VolumeMount(SpecModel):
     """No `subPathExpr` (the kubelet expands it from the env: a path chosen at run time) and no mount propagation."""
 
     name: VolumeName
-    mount_path: str = Field(min_length=1, max_length=512, pattern=ABSOLUTE_PATH)
+    mount_path: str = Field(min_length=1, max_length=256, pattern=ABSOLUTE_PATH)
     read_only: bool | None = None
     sub_path: str | None = Field(default=None, max_length=512, pattern=DESCENDING_PATH)
 
