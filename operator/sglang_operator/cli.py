@@ -25,7 +25,7 @@ from .crfile import CRFileError, LoadedCR, load_cr
 from .groupplan import GroupArgError, format_plan, parse_group, plan_groups
 from .kubeyaml import kubectl_dumper
 from .render import Owner, render_all
-from .settings import OperatorSettings, PodPolicy
+from .settings import ENV_ALLOW_PROMETHEUS_HEADERS_TO_DEFAULT, OperatorSettings, PodPolicy
 
 MAX_ERROR_LINES = 100
 """Problems printed per file; a list of 100,000 wrong items says the same thing after the first hundred."""
@@ -267,6 +267,8 @@ def cmd_run(args: argparse.Namespace) -> int:
         prometheus_namespace_labels=args.prometheus_namespace_labels,
         prometheus_pod_labels=args.prometheus_pod_labels,
     )
+    if args.allow_prometheus_headers_to_default:
+        environment[ENV_ALLOW_PROMETHEUS_HEADERS_TO_DEFAULT] = "true"
     return run_operator(
         namespaces=args.namespace or [],
         verbose=args.verbose,
@@ -376,6 +378,12 @@ def build_parser() -> argparse.ArgumentParser:
         metavar="PREFIX",
         help="URL prefix a CR's own autoscaling.prometheusURL may start with (repeatable; default: none, only "
         "--prometheus-url is read)",
+    )
+    run.add_argument(
+        "--allow-prometheus-headers-to-default",
+        action="store_true",
+        help="send a CR's autoscaling.prometheusAuth.headers (e.g. X-Scope-OrgID) to the default --prometheus-url "
+        "too (default: a CR that names headers and no prometheusURL of its own is not read)",
     )
     run.add_argument(
         "--allow-host-path",

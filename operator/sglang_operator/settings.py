@@ -17,6 +17,7 @@ ENV_OPERATOR_NAMESPACE = "SGLANG_OPERATOR_NAMESPACE"
 ENV_OPERATOR_POD_LABELS = "SGLANG_OPERATOR_POD_LABELS"
 ENV_PROMETHEUS_NAMESPACE_LABELS = "SGLANG_OPERATOR_PROMETHEUS_NAMESPACE_LABELS"
 ENV_PROMETHEUS_POD_LABELS = "SGLANG_OPERATOR_PROMETHEUS_POD_LABELS"
+ENV_ALLOW_PROMETHEUS_HEADERS_TO_DEFAULT = "SGLANG_OPERATOR_ALLOW_PROMETHEUS_HEADERS_TO_DEFAULT"
 
 
 @dataclass(frozen=True)
@@ -53,6 +54,11 @@ class OperatorSettings:
     allowed_prometheus_urls: tuple[str, ...] = ()
     """URL prefixes a CR's own `autoscaling.prometheusURL` may start with. Empty: only the operator's default."""
     network: NetworkPeers = field(default_factory=NetworkPeers)
+    allow_prometheus_headers_to_default: bool = False
+    """Whether a CR's `prometheusAuth.headers` (a tenant header such as X-Scope-OrgID) may go to the operator's own
+    default Prometheus. Off by default: toward a shared multi-tenant Mimir, Cortex or Thanos, the operator's requests
+    would read whichever tenant's series the CR names. An admin whose default Prometheus is single-tenant, or who
+    means CRs to pick their tenant, turns it on (`--allow-prometheus-headers-to-default`)."""
 
     def prometheus_url_allowed(self, url: str) -> bool:
         return any(_url_under(url, prefix) for prefix in self.allowed_prometheus_urls)
@@ -80,6 +86,7 @@ def load_settings(environ: Mapping[str, str] | None = None) -> OperatorSettings:
     return OperatorSettings(
         pod_policy=PodPolicy(allowed_host_paths=_items(env.get(ENV_ALLOWED_HOST_PATHS, ""))),
         allowed_prometheus_urls=_items(env.get(ENV_ALLOWED_PROMETHEUS_URLS, "")),
+        allow_prometheus_headers_to_default=env.get(ENV_ALLOW_PROMETHEUS_HEADERS_TO_DEFAULT, "") == "true",
         network=NetworkPeers(
             operator_namespace=env.get(ENV_OPERATOR_NAMESPACE) or None,
             operator_pod_labels=_labels(env.get(ENV_OPERATOR_POD_LABELS, "")),

@@ -28,7 +28,7 @@ from sglang_operator.autoscaling.prometheus import (
     fetch_samples,
     read_samples,
 )
-from sglang_operator.settings import ENV_ALLOWED_PROMETHEUS_URLS
+from sglang_operator.settings import ENV_ALLOW_PROMETHEUS_HEADERS_TO_DEFAULT, ENV_ALLOWED_PROMETHEUS_URLS
 from tests.router.fakehttp import Reply, serving
 
 Answer = tuple[int, Any]  # (HTTP status, JSON body)
@@ -393,6 +393,7 @@ def test_the_operators_token_goes_only_to_its_own_prometheus(
     assert authorizations({"enabled": True}) == {"Bearer rotated"}  # read every pass
     assert authorizations({"enabled": True, "prometheusURL": fake.url}) == {None}  # a CR's own URL: never
     tenant = {"enabled": True, "prometheusAuth": {"headers": {"X-Scope-OrgID": "team-a"}}}
+    monkeypatch.setenv(ENV_ALLOW_PROMETHEUS_HEADERS_TO_DEFAULT, "true")  # tenant headers to the default: allowed
     assert authorizations(tenant) == {None}  # a CR's prometheusAuth replaces the operator's credentials
     assert {h["X-Scope-OrgID"] for h in fake.headers} == {"team-a"}
 

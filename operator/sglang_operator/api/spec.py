@@ -65,6 +65,13 @@ PROMETHEUS_URL = r"^https?://[^\s/@?#]+(/[^\s]*)?$"
 Arg = Annotated[str, Field(max_length=1024, pattern=r"^[^\x00\n\r]*$")]
 HeaderName = Annotated[str, Field(min_length=1, max_length=128, pattern=r"^[A-Za-z0-9][A-Za-z0-9-]*$")]
 HeaderValue = Annotated[str, Field(max_length=1024, pattern=r"^[^\x00-\x1f\x7f]*$")]
+PROMETHEUS_TENANT_HEADERS = ("X-Scope-OrgID", "THANOS-TENANT")
+"""The only names `prometheusAuth.headers` may have (compared case-insensitively): the tenant headers of the
+Prometheus-compatible APIs that select a tenant by header, Cortex, Mimir and Loki (`X-Scope-OrgID`) and Thanos
+(`THANOS-TENANT`, its `--query.tenant-header` default). Nothing else a CR could add is needed to read PromQL, and
+much would change the request itself: `Host` (another virtual host behind a shared proxy), `Content-Length` and
+`Transfer-Encoding` (request smuggling), `Authorization`, `Cookie`, `Proxy-Authorization` (credentials belong in a
+Secret), `X-Forwarded-For` and the other forwarding headers (a proxy's trust decisions)."""
 
 RouterPolicy = Literal[
     "cache_aware", "round_robin", "power_of_two", "least_load", "random", "consistent_hashing", "prefix_hash"
@@ -372,7 +379,11 @@ class PrometheusAuth(SpecModel):
     headers: dict[str, HeaderValue] = Field(
         default_factory=dict,
         max_length=16,
-        description="Extra request headers, e.g. X-Scope-OrgID for a Mimir or Cortex tenant.",
+        description=(
+            "Tenant headers: only X-Scope-OrgID (Cortex, Mimir) and THANOS-TENANT (Thanos), case-insensitive. Sent "
+            "to the CR's own prometheusURL; to the operator's default Prometheus only where the admin allows it "
+            "(--allow-prometheus-headers-to-default)."
+        ),
     )
     ca_secret_ref: CASecretRef | None = Field(
         default=None, description="A PEM CA bundle that signed an https Prometheus' certificate."

@@ -24,7 +24,7 @@ from .reserved import (
     owned_flag_cel,
 )
 from .rule import Rule
-from .spec import SGLangDeploymentSpec
+from .spec import PROMETHEUS_TENANT_HEADERS, SGLangDeploymentSpec
 
 _TEMPLATE = "self.template.spec"
 _CONTAINERS = f"{_TEMPLATE}.containers"
@@ -85,8 +85,13 @@ def _snake(camel: str) -> str:
     return "".join(f"_{ch.lower()}" if ch.isupper() else ch for ch in camel)
 
 
-def _is_token(name: str) -> bool:
-    return bool(name) and all(ch.isascii() and (ch.isalnum() or ch == "-") for ch in name)
+_TENANT_HEADERS = tuple(name.lower() for name in PROMETHEUS_TENANT_HEADERS)
+_TENANT_HEADERS_CEL = "[" + ", ".join(f"'{name}'" for name in _TENANT_HEADERS) + "]"
+
+
+def _tenant_header(name: str) -> bool:
+    """CEL's `lowerAscii()` changes ASCII letters only; so must this (Python's `lower` maps some others to ASCII)."""
+    return name.isascii() and name.lower() in _TENANT_HEADERS
 
 
 def _is_label_key(key: str) -> bool:
@@ -197,9 +202,12 @@ TENANT_RULES: tuple[Rule, ...] = (
     ),
     Rule(
         field="spec.autoscaling.prometheusAuth.headers",
-        message="header names must be HTTP tokens (letters, digits and '-').",
+        message=f"header names must be one of {', '.join(PROMETHEUS_TENANT_HEADERS)} (case-insensitive), the "
+        "tenant headers of Cortex, Mimir and Thanos; credentials belong in bearerTokenSecretRef or "
+        "basicAuthSecretRef, and other headers (Host, Content-Length, Cookie, X-Forwarded-For, ...) would change "
+        "the request itself.",
         cel="!has(self.autoscaling.prometheusAuth) || !has(self.autoscaling.prometheusAuth.headers) || "
-        "self.autoscaling.prometheusAuth.headers.all(h, h.matches('^[A-Za-z0-9-]+$'))",
-        holds=lambda s: all(_is_token(h) for h in s.autoscaling.prometheus_auth.headers),
+        f"self.autoscaling.prometheusAuth.headers.all(h, h.lowerAscii() in {_TENANT_HEADERS_CEL})",
+        holds=lambda s: all(_tenant_header(h) for h in s.autoscaling.prometheus_auth.headers),
     ),
 )

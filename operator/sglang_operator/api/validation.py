@@ -335,13 +335,6 @@ RULES: tuple[Rule, ...] = (
         f"has({_AUTH}.bearerTokenSecretRef) && has({_AUTH}.basicAuthSecretRef)",
         lambda a: a.bearer_token_secret_ref is not None and a.basic_auth_secret_ref is not None,
     ),
-    Rule(
-        field="spec.autoscaling.prometheusAuth.headers",
-        message="must not set Authorization: credentials belong in a Secret; use bearerTokenSecretRef or "
-        "basicAuthSecretRef.",
-        cel=f"!has({_AUTH}) || !has({_AUTH}.headers) || {_AUTH}.headers.all(h, h.lowerAscii() != 'authorization')",
-        holds=lambda s: all(h.lower() != "authorization" for h in s.autoscaling.prometheus_auth.headers),
-    ),
     _auth_not_both(
         "insecureSkipTLSVerify",
         "caSecretRef",

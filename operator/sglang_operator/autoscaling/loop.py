@@ -213,7 +213,10 @@ def prometheus_access(
     url = autoscaling.prometheus_url or os.environ.get(PROMETHEUS_URL_ENV)
     if not url:
         return None, None, "no Prometheus URL: set spec.autoscaling.prometheusURL or --prometheus-url"
-    if autoscaling.prometheus_url and not prometheus_url_allowed(autoscaling.prometheus_url, load_settings()):
+    settings = load_settings()
+    if why := default_prometheus_headers_refused(autoscaling, settings):
+        return None, None, why  # before any Secret is read or any request sent
+    if autoscaling.prometheus_url and not prometheus_url_allowed(autoscaling.prometheus_url, settings):
         # Checked before anything is read or sent: no request to that URL, no Secret of prometheusAuth read.
         why = (
             f"prometheusURL {autoscaling.prometheus_url[:200]!r} is not allowed by the operator's settings "
@@ -225,6 +228,23 @@ def prometheus_access(
     else:
         credentials, error = operator_credentials(os.environ.get(TOKEN_FILE_ENV), os.environ.get(CA_FILE_ENV))
     return (url, credentials, None) if credentials is not None else (None, None, error)
+
+
+def default_prometheus_headers_refused(autoscaling: AutoscalingSpec, settings: OperatorSettings) -> str | None:
+    """Why a CR's tenant headers may not go to the operator's own default Prometheus, or None. That Prometheus is
+    the admin's, often a multi-tenant Mimir, Cortex or Thanos shared by every team: an `X-Scope-OrgID` of the
+    tenant's choice there would read another team's series into this CR's status. A CR's own prometheusURL gets
+    its headers (the URL is under a prefix the admin allowed); the default one only with
+    `--allow-prometheus-headers-to-default`. Pure."""
+    if autoscaling.prometheus_url or not autoscaling.prometheus_auth.headers:
+        return None
+    if settings.allow_prometheus_headers_to_default:
+        return None
+    return (
+        "spec.autoscaling.prometheusAuth.headers: not sent to the operator's default Prometheus, whose settings do "
+        "not allow tenant headers (--allow-prometheus-headers-to-default); remove the headers, or set "
+        "spec.autoscaling.prometheusURL to a Prometheus the operator allows"
+    )
 
 
 def prometheus_url_allowed(url: str, settings: OperatorSettings) -> bool:
