@@ -152,7 +152,10 @@ def test_a_pass_with_a_missing_secret_holds_and_names_it(
     assert result.decision is not None and result.decision.replicas == 1 and result.decision.mode == "hold"
     condition = metrics_condition(custom, namespace)
     assert condition["status"] == "False"
-    assert condition["message"] == f"prometheusAuth: cannot read Secret {namespace}/prom: 404 Not Found"
+    assert condition["message"] == (  # the same words as a missing key or a value that is not text (gap 12)
+        "spec.autoscaling.prometheusAuth.basicAuthSecretRef: the credential in Secret prom, key username and "
+        "password, is unusable (it must exist in this namespace and hold UTF-8 text)"
+    )
 
     create_basic_auth_secret(core, namespace, "prom", PASSWORD)  # the next pass uses it, with no restart
     autoscale_once(api_client, namespace, "chat")
