@@ -10,6 +10,7 @@ every handler reads one source; `load_settings` parses it once.
 import os
 from collections.abc import Mapping
 from dataclasses import dataclass, field
+from urllib.parse import urlsplit
 
 ENV_ALLOWED_HOST_PATHS = "SGLANG_OPERATOR_ALLOWED_HOST_PATHS"
 ENV_ALLOWED_PROMETHEUS_URLS = "SGLANG_OPERATOR_ALLOWED_PROMETHEUS_URLS"
@@ -28,13 +29,23 @@ class PodPolicy:
     """Node directories (and everything below them) that `model.cache.hostPath` may name, read-only."""
 
     def host_path_allowed(self, path: str) -> bool:
-        normalized = os.path.normpath(path)
-        if not path.startswith("/") or normalized != path.rstrip("/") or ".." in path.split("/"):
-            return False
-        return any(
-            normalized == allowed.rstrip("/") or normalized.startswith(allowed.rstrip("/") + "/")
+        """`path` is an absolute node directory under one of `allowed_host_paths`, compared segment by segment: no
+        empty, `.` or `..` segment (what the kubelet would resolve elsewhere), `/models` allows `/models/x`, not
+        `/models2`. The chart's admission policy compares the same way (`templates/admission-policy.yaml`)."""
+        segments = _path_segments(path)
+        return segments is not None and any(
+            (allowed_segments := _path_segments(allowed)) is not None
+            and segments[: len(allowed_segments)] == allowed_segments
             for allowed in self.allowed_host_paths
         )
+
+
+def _path_segments(path: str) -> tuple[str, ...] | None:
+    """The segments of an absolute path (a trailing `/` ignored), or None where one is empty, `.` or `..`."""
+    if not path.startswith("/"):
+        return None
+    segments = tuple(path[1:].removesuffix("/").split("/")) if path.strip("/") else ()
+    return None if any(s in ("", ".", "..") for s in segments) else segments
 
 
 @dataclass(frozen=True)
@@ -61,14 +72,59 @@ class OperatorSettings:
     means CRs to pick their tenant, turns it on (`--allow-prometheus-headers-to-default`)."""
 
     def prometheus_url_allowed(self, url: str) -> bool:
+        """`url` is a plain Prometheus base URL under one of `allowed_prometheus_urls` (`_url_under`)."""
         return any(_url_under(url, prefix) for prefix in self.allowed_prometheus_urls)
 
 
+@dataclass(frozen=True)
+class BaseURL:
+    """An http(s) URL reduced to what decides where a request goes: compared part by part, never as text."""
+
+    scheme: str
+    host: str
+    port: int
+    segments: tuple[str, ...]
+
+
+_DEFAULT_PORTS = {"http": 80, "https": 443}
+
+
+def parse_base_url(url: str) -> BaseURL | None:
+    """`url` as a Prometheus base URL, or None where it is not a plain one: not http(s); a query (`?query=...&`
+    would make Prometheus run the tenant's PromQL), a fragment (`#` would cut the operator's own path off), user
+    info (`http://allowed@evil`), a backslash, `%` (`%2e%2e`, `%2f`: a server that decodes them sees another path
+    than the one compared), whitespace or anything but printable ASCII; an empty, `.` or `..` path segment (a
+    server resolves `a/../b` to `b`). The scheme and host are compared lower-case, the host without a trailing
+    dot (the same name to DNS), an IP literal as written, the port as a number (80 and 443 by default). The
+    chart's admission policy reads URLs the same way (`templates/admission-policy.yaml`), so a URL it admits is
+    one the operator queries."""
+    if not url.isascii() or any(c in url for c in "\\?#@%") or any(not c.isprintable() or c.isspace() for c in url):
+        return None
+    try:
+        parts = urlsplit(url)
+        port = parts.port
+    except ValueError:
+        return None
+    scheme = parts.scheme.lower()
+    host = (parts.hostname or "").removesuffix(".")
+    if scheme not in _DEFAULT_PORTS or not host or "//" in parts.path:
+        return None
+    segments = tuple(segment for segment in parts.path.split("/") if segment)
+    if any(segment in (".", "..") for segment in segments):
+        return None
+    return BaseURL(scheme, host, port if port is not None else _DEFAULT_PORTS[scheme], segments)
+
+
 def _url_under(url: str, prefix: str) -> bool:
-    """`url` starts with `prefix` at a boundary: `http://prom:9090` allows `http://prom:9090/x`, not
-    `http://prom:90901` or `http://prom:9090.evil`."""
-    prefix = prefix.rstrip("/")
-    return url == prefix or url.startswith(prefix + "/") or url.startswith(prefix + "?")
+    """`url` is under `prefix`: the same scheme, host and port, and the prefix's path segments first, each whole
+    (`http://prom:9090/team-a` allows `http://prom:9090/team-a/x`, not `.../team-ab` nor `.../team-a/../team-b`,
+    and `http://prom:9090` not `http://prom:90901` or `http://prom:9090.evil`). Both are parsed by
+    `parse_base_url`; either one that is not a plain base URL allows nothing."""
+    parsed, base = parse_base_url(url), parse_base_url(prefix)
+    if parsed is None or base is None:
+        return False
+    same_origin = (parsed.scheme, parsed.host, parsed.port) == (base.scheme, base.host, base.port)
+    return same_origin and parsed.segments[: len(base.segments)] == base.segments
 
 
 def _labels(text: str) -> dict[str, str]:

@@ -149,7 +149,19 @@ RULES: tuple[Rule, ...] = (
     _at_least(
         "spec.parallelism.attentionDP",
         1,
+PROMETHEUS_URL_PLAIN = Rule(
+    field="spec.autoscaling.prometheusURL",
+    message="must be a Prometheus base URL without a query (?), a fragment (#), user info (@) or a backslash: the "
+    "operator appends its own API path and query (a query or fragment would steer or cut them off), and credentials "
+    "belong in prometheusAuth.",
+    cel="!has(self.autoscaling.prometheusURL) || !self.autoscaling.prometheusURL.matches('[?#@\\\\\\\\]')",
+    holds=lambda s: s.autoscaling.prometheus_url is None or re.search(r"[?#@\\]", s.autoscaling.prometheus_url) is None,
+)
+"""Issue 29, gap 2: no Prometheus base URL needs these, and each lets a tenant's URL under an allowed prefix reach
+another query or host; the operator's settings compare the rest (`settings.parse_base_url`)."""
+
         lambda s: s.parallelism.attention_dp,
+    PROMETHEUS_URL_PLAIN,
         "1 disables attention data parallelism.",
     ),
     _at_least("spec.parallelism.ep", 1, lambda s: s.parallelism.ep, "1 disables expert parallelism."),
