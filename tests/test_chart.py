@@ -274,7 +274,9 @@ def test_watch_namespaces_grant_namespaced_permissions_only_there(helm: Path) ->
 
 def test_without_rbac_and_service_account_no_account_or_permission_renders(helm: Path) -> None:
     objects = render(helm, *VARIANTS["bring-your-own-account"])
-    assert sorted(obj["kind"] for obj in objects) == ["Deployment", "PodDisruptionBudget", "Service"]
+    admission = ("ConfigMap", "ValidatingAdmissionPolicy", "ValidatingAdmissionPolicyBinding")  # no permission
+    kinds = sorted(obj["kind"] for obj in objects if obj["kind"] not in admission)
+    assert kinds == ["Deployment", "PodDisruptionBudget", "Service"]
     assert by_kind(objects, "Deployment")[0]["spec"]["template"]["spec"]["serviceAccountName"] == "ops"
 
 
@@ -414,3 +416,59 @@ def test_chart_crd_is_the_generated_crd() -> None:
     chart_crd = CHART_DIR / "crds" / CRD_FILE
     assert chart_crd.read_bytes() == (REPO_ROOT / "crds" / CRD_FILE).read_bytes()
     assert yaml.safe_load(chart_crd.read_text())["metadata"]["name"] == CRD_NAME
+
+
+def _admission_policy(objects: list[dict[str, Any]]) -> tuple[dict[str, Any], dict[str, Any], dict[str, Any]]:
+    """(the parameter ConfigMap, the ValidatingAdmissionPolicy, its binding) of a rendering."""
+    [params] = [cm for cm in by_kind(objects, "ConfigMap") if cm["metadata"]["name"].endswith("-tenant-policy")]
+    [policy] = by_kind(objects, "ValidatingAdmissionPolicy")
+    [binding] = by_kind(objects, "ValidatingAdmissionPolicyBinding")
+    return params, policy, binding
+
+
+def test_admission_policy_parameters_are_the_operators_own_flags(helm: Path) -> None:
+    """The policy judges with the very values the operator gets as `--allow-host-path` / `--allow-prometheus-url`,
+    and in namespaced mode only where the operator watches."""
+    objects = render(helm, *VARIANTS["everything-set"])
+    params, policy, binding = _admission_policy(objects)
+    args = operator_container(objects)["args"]
+
+    def flag(name: str) -> list[str]:
+        return [arg.split("=", 1)[1] for arg in args if arg.startswith(f"--{name}=")]
+
+    assert params["data"]["allowedHostPaths"].split(",") == flag("allow-host-path") == ["/models", "/mnt/hf cache"]
+    assert params["data"]["allowedPrometheusURLs"].split(",") == flag("allow-prometheus-url")
+    assert policy["spec"]["paramKind"] == {"apiVersion": "v1", "kind": "ConfigMap"}
+    assert policy["spec"]["failurePolicy"] == "Fail"
+    assert binding["spec"]["policyName"] == policy["metadata"]["name"]
+    assert binding["spec"]["validationActions"] == ["Deny"]
+    assert binding["spec"]["paramRef"] == {
+        "name": params["metadata"]["name"], "namespace": params["metadata"]["namespace"],
+        "parameterNotFoundAction": "Deny",
+    }  # fmt: skip
+    assert binding["spec"]["matchResources"]["namespaceSelector"]["matchExpressions"] == [
+        {"key": "kubernetes.io/metadata.name", "operator": "In", "values": ["team-a", "team-b"]}
+    ]
+
+
+def test_admission_policy_by_default_refuses_every_host_path_and_prometheus_url_cluster_wide(helm: Path) -> None:
+    params, policy, binding = _admission_policy(render(helm))
+    assert params["data"] == {"allowedHostPaths": "", "allowedPrometheusURLs": ""}
+    assert "matchResources" not in binding["spec"]
+    [rule] = policy["spec"]["matchConstraints"]["resourceRules"]
+    assert (rule["apiGroups"], rule["resources"], rule["operations"]) == (
+        ["sglang.ai"], ["sglangdeployments"], ["CREATE", "UPDATE"],
+    )  # fmt: skip
+    # metadata-only writes (the operator's finalizers) on a CR stored before the policy are never refused
+    assert [c["expression"] for c in policy["spec"]["matchConditions"]] == [
+        "request.operation == 'CREATE' || oldObject.spec != object.spec"
+    ]
+    messages = [v["messageExpression"] for v in policy["spec"]["validations"]]
+    assert messages[0].startswith("'spec.model.cache.hostPath: ' + variables.hostPath + ' is not under a node")
+    assert messages[1].startswith("'spec.autoscaling.prometheusURL: is not a Prometheus the operator allows")
+
+
+def test_admission_policy_can_be_left_out(helm: Path) -> None:
+    objects = render(helm, "--set", "admissionPolicy.enabled=false")
+    assert not [o for o in objects if o["kind"].startswith("ValidatingAdmissionPolicy")]
+    assert not [o for o in by_kind(objects, "ConfigMap") if o["metadata"]["name"].endswith("-tenant-policy")]

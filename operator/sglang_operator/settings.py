@@ -42,7 +42,7 @@ class PodPolicy:
 
 def _path_segments(path: str) -> tuple[str, ...] | None:
     """The segments of an absolute path (a trailing `/` ignored), or None where one is empty, `.` or `..`."""
-    if not path.startswith("/"):
+    if not path.startswith("/") or "//" in path:
         return None
     segments = tuple(path[1:].removesuffix("/").split("/")) if path.strip("/") else ()
     return None if any(s in ("", ".", "..") for s in segments) else segments

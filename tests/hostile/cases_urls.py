@@ -22,7 +22,7 @@ URLS: list[tuple[str, bool, str]] = [
     (_PROM, True, "the prefix itself"),
     (_PROM + "/", True, "a trailing slash"),
     (_PROM + "/api/v1", True, "a path below it"),
-    ("HTTP://Prometheus.Monitoring.SVC:9090", True, "scheme and host compare lower-case"),
+    ("http://Prometheus.Monitoring.SVC:9090", True, "the host compares lower-case"),
     ("http://prometheus.monitoring.svc.:9090", True, "a trailing dot: the same DNS name"),
     (_MIMIR, True, "the per-team prefix without its slash"),
     ("https://mimir.example:443/prometheus/team-a/x", True, "the default port written out"),
