@@ -1,6 +1,10 @@
 """The committed CRD, the chart's copy and the generator must agree; the CRD carries every rule as CEL."""
 
+import json
+
 from sglang_operator.api.crdgen import CRD_PATHS, SCALE_CRD_PATHS, build_crd, build_scale_crd, render_crd_yaml
+from sglang_operator.api.groups import GroupRule
+from sglang_operator.api.spec import MAX_WORKER_GROUPS
 from sglang_operator.api.validation import RULES
 
 
@@ -33,9 +37,31 @@ def test_crd_has_subresources_columns_and_short_name() -> None:
 
 
 def test_every_rule_is_a_cel_validation_with_the_same_message() -> None:
+    """On the spec, or on the workerGroups items for a rule a group can be checked by alone (its fieldPath then
+    relative to the item, whose index the API server adds); a worker-group rule over the groups once per index."""
     spec = build_crd()["spec"]["versions"][0]["schema"]["openAPIV3Schema"]["properties"]["spec"]
-    cel = spec["x-kubernetes-validations"]
-    assert [(v["rule"], v["message"], v["fieldPath"]) for v in cel] == [(r.cel, r.message, r.field_path) for r in RULES]
+    on_spec, on_item = (
+        spec["x-kubernetes-validations"],
+        spec["properties"]["workerGroups"]["items"]["x-kubernetes-validations"],
+    )
+    expected_item = [r for r in RULES if isinstance(r, GroupRule) and r.on_item]
+    assert [(v["rule"], v["message"], v["fieldPath"]) for v in on_item] == [
+        (r.cel, r.message, r.field_path) for r in expected_item
+    ]
+    expected = []
+    for rule in RULES:
+        if not isinstance(rule, GroupRule):
+            expected.append((rule.cel, rule.message, rule.field_path))
+        elif not rule.on_item:
+            assert rule.base is not None
+            expected += [(v["rule"], rule.message, ".workerGroups") for v in rule.validations()]
+            assert [v["messageExpression"] for v in rule.validations()] == [
+                f'"worker group \'" + self.workerGroups[{i}].name + "\': " + {json.dumps(rule.base.message)}'
+                for i in range(MAX_WORKER_GROUPS)
+            ]
+            assert all(f"self.workerGroups[{i}]." in v["rule"] and "wg." not in v["rule"]
+                       for i, v in enumerate(rule.validations()))  # fmt: skip
+    assert [(v["rule"], v["message"], v["fieldPath"]) for v in on_spec] == expected
 
 
 def test_schema_defaults_make_the_smallest_spec_complete() -> None:

@@ -148,7 +148,7 @@ def test_env_the_operator_sets_is_refused_in_the_main_container_too() -> None:
     patch = {
         "template": {"spec": {"containers": [{"name": "sglang", "env": [{"name": "POD_IP", "value": "1.2.3.4"}]}]}}
     }
-    assert [e.field for e in parse_spec(with_model(patch))[1]] == ["spec.engine.env"]
+    assert [e.field for e in parse_spec(with_model(patch))[1]] == ["spec.template.spec.containers"]
 
 
 @pytest.mark.parametrize("name", ["my.model", "1llama", "Llama", "llama-", "a" * 41, "", "llama_3"])

@@ -1,10 +1,13 @@
 """Worker groups: every rule per group (derived from the rule table, so a new rule is checked for groups too), the
 fleet's own group rules, each group's effective spec, names and labels, and whole passes over a two-group fleet."""
 
+import json
+from itertools import chain, combinations
 from typing import Any
 
 import pytest
 from kubernetes import client
+from pydantic import ValidationError
 
 from sglang_operator.api.groups import FLEET_RULES, GroupRule, group_spec, worker_groups
 from sglang_operator.api.spec import SGLangDeploymentSpec
@@ -15,24 +18,28 @@ from sglang_operator.render import Owner, render_all, revision_hash
 from sglang_operator.settings import OperatorSettings
 
 from .controller.fakekube import FakeKube, wire
-from .test_validation import CASES, matching_rule, with_model
+from .test_validation import CASES, with_model
 
 _GROUP_OBJECTS = ("parallelism", "resources", "template", "updateStrategy")
 _GROUP_ENGINE = ("args", "env", "maxRunningRequests", "memFractionStatic")
+# Objects a group may give as `{}` (all defaults): a group that restates them runs the same values, but as its own.
+_EMPTY_OBJECTS = ("resources", "template")
 
 
-def into_group(patch: dict[str, Any]) -> dict[str, Any]:
-    """A rule-table patch with every field a group can set moved into one group `g` (the rest stays on top)."""
+def into_group(patch: dict[str, Any], keep: frozenset[str] = frozenset(), own: tuple[str, ...] = ()) -> dict[str, Any]:
+    """A rule-table patch with every field a group can set moved into one group `g` (the rest stays on top), except
+    the fields in `keep` (`resources`, `engine.args`, ...), which stay on top too; `own` are objects the group
+    restates as `{}`."""
     top: dict[str, Any] = {}
-    group: dict[str, Any] = {"name": "g", "replicas": 1, "parallelism": {}}
+    group: dict[str, Any] = {"name": "g", "replicas": 1, "parallelism": {}, **{name: {} for name in own}}
     for key, value in patch.items():
-        if key in _GROUP_OBJECTS:
+        if key in _GROUP_OBJECTS and key not in keep:
             group[key] = value
         elif key == "engine":
-            own = {k: v for k, v in value.items() if k in _GROUP_ENGINE}
-            rest = {k: v for k, v in value.items() if k not in _GROUP_ENGINE}
-            if own:
-                group["engine"] = own
+            mine = {k: v for k, v in value.items() if k in _GROUP_ENGINE and f"engine.{k}" not in keep}
+            rest = {k: v for k, v in value.items() if k not in mine}
+            if mine:
+                group["engine"] = mine
             if rest:
                 top["engine"] = rest
         else:
@@ -40,16 +47,50 @@ def into_group(patch: dict[str, Any]) -> dict[str, Any]:
     return {**top, "workerGroups": [group]}
 
 
-def _variant_of(rule: Any) -> GroupRule | None:
-    return next((r for r in RULES if isinstance(r, GroupRule) and r.base is rule), None)
+def _placements(patch: dict[str, Any]) -> list[tuple[frozenset[str], tuple[str, ...]]]:
+    """Every way to split the patch's group fields between the group and the top level, with and without the group
+    restating each of `_EMPTY_OBJECTS` the patch does not set."""
+    settable = [k for k in patch if k in _GROUP_OBJECTS and k != "parallelism"]
+    settable += [f"engine.{k}" for k in patch.get("engine", {}) if k in _GROUP_ENGINE]
+    empties = [name for name in _EMPTY_OBJECTS if name not in patch]
+    return [
+        (frozenset(keep), own)
+        for keep in chain.from_iterable(combinations(settable, n) for n in range(len(settable) + 1))
+        for own in chain.from_iterable(combinations(empties, n) for n in range(len(empties) + 1))
+    ]
 
 
-# (group rule, failing spec, passing spec): each table case whose rule has a group variant, moved into a group.
-GROUP_CASES: list[tuple[GroupRule, dict[str, Any], dict[str, Any]]] = [
-    (variant, with_model(into_group(failing)), with_model(into_group(passing)))
-    for field, fragment, failing, passing in CASES
-    if (variant := _variant_of(matching_rule(field, fragment))) is not None
-]
+def expected_error(rule: GroupRule) -> tuple[str, str]:
+    """What validate (and the API server) say when group `g`, the first, fails `rule`: on an item, the group's own
+    field with the index; over the groups, `spec.workerGroups` with the group's name in the message."""
+    assert rule.base is not None
+    if rule.on_item:
+        return f"spec.workerGroups[0]{rule.base.field.removeprefix('spec')}", rule.base.message
+    return "spec.workerGroups", f"worker group 'g': {rule.base.message}"
+
+
+def _group_cases() -> list[tuple[GroupRule, dict[str, Any], dict[str, Any]]]:
+    """(group rule, failing spec, passing spec): each table case, in every placement where exactly one group rule
+    fails it and no other rule does, and the passing spec in the same placement passes."""
+    variants = [r for r in RULES if isinstance(r, GroupRule)]
+    others = [r for r in RULES if not isinstance(r, GroupRule)]
+    cases: dict[tuple[int, str], tuple[GroupRule, dict[str, Any], dict[str, Any]]] = {}
+    for _, _, failing, passing in CASES:
+        for keep, own in _placements(failing):
+            bad = with_model(into_group(failing, keep, own))
+            try:
+                spec = SGLangDeploymentSpec.model_validate(bad)
+            except ValidationError:
+                continue
+            failed = [r for r in variants if not r.holds(spec)]
+            good = with_model(into_group(passing, keep, own))
+            if len(failed) != 1 or any(not r.holds(spec) for r in others) or parse_spec(good, strict=True)[1]:
+                continue
+            cases.setdefault((id(failed[0]), json.dumps(bad, sort_keys=True)), (failed[0], bad, good))
+    return list(cases.values())
+
+
+GROUP_CASES = _group_cases()
 _G = {"name": "a", "replicas": 1, "parallelism": {"tp": 2}}
 FLEET_CASES: list[tuple[str, dict[str, Any], dict[str, Any]]] = [
     ("unique", {"workerGroups": [_G, _G]}, {"workerGroups": [_G, {**_G, "name": "b"}]}),
@@ -74,15 +115,27 @@ def test_every_group_rule_has_a_case() -> None:
     assert covered == set(FLEET_RULES)
 
 
-@pytest.mark.parametrize(("rule", "failing", "passing"), GROUP_CASES, ids=[c[0].base.field for c in GROUP_CASES])
+@pytest.mark.parametrize(("rule", "failing", "passing"), GROUP_CASES, ids=[c[0].field for c in GROUP_CASES])
 def test_each_rule_applies_to_each_group(rule: GroupRule, failing: dict[str, Any], passing: dict[str, Any]) -> None:
     spec, errors = parse_spec(failing, strict=True)
     assert spec is None
-    assert rule.base is not None
-    assert [e.message for e in errors] == [rule.base.message]
-    assert errors[0].field.startswith("spec.workerGroups[0]")
+    assert [(e.field, e.message) for e in errors] == [expected_error(rule)]
     spec, errors = parse_spec(passing, strict=True)
     assert errors == [] and spec is not None
+
+
+def test_a_rule_a_group_can_be_checked_by_alone_names_the_groups_field() -> None:
+    """Issue 29: the CEL on the spec could name only `spec.workerGroups` while validate named the group's field;
+    a rule that reads only what the group sets now sits on the group's item, where the API server names the index
+    itself. A rule that also reads the top level (the fleet's version) names the group in both."""
+    raw = with_model({"workerGroups": [_G, _G | {"name": "b", "engine": {"args": ["--por", "1"]}}]})
+    assert [e.field for e in parse_spec(raw)[1]] == ["spec.workerGroups[1].engine.args"]
+    item_rule = next(r for r in RULES if isinstance(r, GroupRule) and r.field == "spec.workerGroups[].engine.args")
+    assert item_rule.on_item and item_rule.field_path == ".engine.args"
+    version = with_model({"engine": {"image": "lmsysorg/sglang:v0.5.9"}, "workerGroups": [
+        _G, _G | {"name": "b", "parallelism": {"tp": 8, "ep": 8, "moeA2ABackend": "deepep_v2"}}]})  # fmt: skip
+    [error] = parse_spec(version)[1]
+    assert error.field == "spec.workerGroups" and error.message.startswith("worker group 'b': is not accepted")
 
 
 @pytest.mark.parametrize(("fragment", "failing", "passing"), FLEET_CASES, ids=[c[0] for c in FLEET_CASES])

@@ -11,7 +11,7 @@ from kubernetes.client.exceptions import ApiException
 
 from localcluster.fleet import install_crd
 from tests.test_validation import CASES, with_model
-from tests.test_worker_groups import FLEET_CASES, GROUP_CASES
+from tests.test_worker_groups import FLEET_CASES, GROUP_CASES, expected_error
 
 
 def _dry_run(api_client: client.ApiClient, namespace: str, spec: dict[str, Any]) -> str | None:
@@ -54,18 +54,38 @@ def test_long_names_are_rejected(api_client: client.ApiClient, namespace: str, n
 def test_every_rule_is_enforced_for_every_worker_group_at_admission(
     api_client: client.ApiClient, namespace: str
 ) -> None:
-    """The CEL that `groups.group_cel` derives, on the real API server: each rule once per group, and the fleet's
-    own group rules, with the same messages as `validate`."""
+    """The CEL that `groups.group_variants` derives, on the real API server: each rule for each group, naming the
+    field `validate` names (`spec.workerGroups[0].engine.args` for a rule on the group's item, `spec.workerGroups`
+    and the group's name in the message for one over the groups), and the fleet's own group rules."""
     install_crd(api_client)
     mismatches = []
-    cases = [(rule.message, failing, passing) for rule, failing, passing in GROUP_CASES] + [
-        (fragment, with_model(failing), with_model(passing)) for fragment, failing, passing in FLEET_CASES
-    ]
-    for message, failing, passing in cases:
+    cases = [(f"{field}: ", message, failing, passing) for rule, failing, passing in GROUP_CASES
+             for field, message in [expected_error(rule)]]  # fmt: skip
+    cases += [("", fragment, with_model(failing), with_model(passing)) for fragment, failing, passing in FLEET_CASES]
+    for field, message, failing, passing in cases:
         rejected = _dry_run(api_client, namespace, failing)
-        if rejected is None or message not in json.loads(rejected).get("message", ""):
-            mismatches.append(f"{message[:60]}: failing spec answered {rejected!r}")
+        said = json.loads(rejected).get("message", "") if rejected is not None else ""
+        if rejected is None or message not in said or f"{field}" not in said:
+            mismatches.append(f"{field}{message[:60]}: failing spec answered {rejected!r}")
         accepted = _dry_run(api_client, namespace, passing)
         if accepted is not None:
-            mismatches.append(f"{message[:60]}: passing spec rejected: {accepted}")
+            mismatches.append(f"{field}{message[:60]}: passing spec rejected: {accepted}")
     assert not mismatches, "\n".join(mismatches)
+
+
+def test_a_version_alone_is_admitted_and_stored_without_an_image(api_client: client.ApiClient, namespace: str) -> None:
+    """Issue 29: `engine.version: "0.5.9"` alone was refused as contradicting the default image's tag. Now the CRD
+    writes no default image into the CR, and the operator derives that release's image (tests/render)."""
+    install_crd(api_client)
+    body = {"apiVersion": "sglang.ai/v1alpha1", "kind": "SGLangDeployment", "metadata": {"name": "version-alone"},
+            "spec": {"model": {"path": "m"}, "engine": {"version": "0.5.9"}}}  # fmt: skip
+    stored = client.CustomObjectsApi(api_client).create_namespaced_custom_object(
+        "sglang.ai", "v1alpha1", namespace, "sglangdeployments", body, dry_run="All"
+    )
+    assert stored["spec"]["engine"]["version"] == "0.5.9" and "image" not in stored["spec"]["engine"]
+    refused = _dry_run(
+        api_client,
+        namespace,
+        {"model": {"path": "m"}, "engine": {"image": "lmsysorg/sglang:v0.5.21", "version": "0.5.9"}},
+    )
+    assert refused is not None and "spec.engine.version" in refused and "which is given too" in refused

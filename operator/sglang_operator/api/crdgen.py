@@ -15,6 +15,8 @@ from pydantic import BaseModel
 from pydantic.fields import FieldInfo
 
 from .constants import CRD_NAME, GROUP, KIND, LIST_KIND, PLURAL, SHORT_NAMES, SINGULAR, VERSION
+from .groups import GroupRule
+from .rule import Rule
 from .scaletarget import (
     SCALE_KIND,
     SCALE_LIST_KIND,
@@ -127,11 +129,22 @@ def model_schema(model: type[BaseModel]) -> dict[str, Any]:
     return schema
 
 
+def validations(rule: Rule) -> list[dict[str, str]]:
+    """A rule's `x-kubernetes-validations` entries: one, or a worker-group rule's own (`GroupRule.validations`)."""
+    if isinstance(rule, GroupRule):
+        return rule.validations()
+    return [{"rule": rule.cel, "message": rule.message, "fieldPath": rule.field_path}]
+
+
 def spec_schema() -> dict[str, Any]:
+    """The spec's schema with every rule: on the spec, or on the `workerGroups` items for the rules a group can be
+    checked by alone (the API server then puts the item's index in the field it names)."""
     schema = model_schema(SGLangDeploymentSpec)
     schema["description"] = "Desired state of a fleet of SGLang server replicas behind an smg router."
-    schema["x-kubernetes-validations"] = [
-        {"rule": rule.cel, "message": rule.message, "fieldPath": rule.field_path} for rule in RULES
+    on_item = [rule for rule in RULES if isinstance(rule, GroupRule) and rule.on_item]
+    schema["x-kubernetes-validations"] = [v for rule in RULES if rule not in on_item for v in validations(rule)]
+    schema["properties"]["workerGroups"]["items"]["x-kubernetes-validations"] = [
+        v for rule in on_item for v in validations(rule)
     ]
     return schema
 

@@ -7,17 +7,22 @@ without `workerGroups` is one group named "" whose effective spec is the spec it
 what it meant.
 
 Every rule that reads a field a group can set is checked once per group against the group's effective spec: in
-Python with `group_spec`, and as CEL by `group_cel`, which rewrites the rule over `self.workerGroups.all(g, ...)`
-choosing, for each field the rule reads, the group's value where the group sets it and the top level's where not.
-Pure.
+Python with `group_spec`, and as CEL by `group_variants`, in two places. Where the rule reads only what a group can
+set and the group sets all of it, the rule sits on the `workerGroups` items of the CRD, so the API server names
+`spec.workerGroups[i].engine.args` as `validate` does. Where the group's values mix with the top level's (a group
+that sets its parallelism but not its resources) or the fleet's version decides, the CEL on the spec rewrites the
+rule over `self.workerGroups.all(g, ...)`, choosing for each field the group's value where the group sets it and
+the top level's where not; a fieldPath there cannot carry an index, so the field is `spec.workerGroups` and the
+message names the group, in `validate` and at the API server alike. Pure.
 """
 
+import json
 import re
 from dataclasses import dataclass
 
 from .limits import MAX_REPLICAS
-from .rule import FieldError, Rule
-from .spec import SGLangDeploymentSpec, WorkerGroupSpec
+from .rule import FieldError, Rule, SpecCheck
+from .spec import MAX_WORKER_GROUPS, SGLangDeploymentSpec, WorkerGroupSpec
 
 GROUP_ENGINE_FIELDS = ("max_running_requests", "mem_fraction_static", "args", "env")
 _WHOLE_FIELDS = ("resources", "template", "update_strategy")
@@ -68,77 +73,181 @@ def worker_groups(spec: SGLangDeploymentSpec) -> list[WorkerGroup]:
 
 # -- rules, per group ----------------------------------------------------------------------------------------------
 
-# The CEL paths a group can set: parallelism always (a group states it), the whole objects when the group has them,
-# the engine's fields one by one.
-_GROUP_PATH = re.compile(
-    r"self\.(parallelism|resources|template|updateStrategy|engine\.(?:args|env|maxRunningRequests|memFractionStatic))\b"
-)
+# What a group can set, as CEL paths: parallelism always (a group states it), the whole objects when the group has
+# them, the engine's fields one by one.
+_GROUP_OBJECTS = ("parallelism", "resources", "template", "updateStrategy")
+_GROUP_ENGINE = ("args", "env", "maxRunningRequests", "memFractionStatic")
+_SELF_REF = re.compile(r"\bself\.([A-Za-z]+)(?:\.([A-Za-z]+))?")
 _FLEET_ONLY = frozenset({"spec.autoscaling.maxGPUs"})
 """Rules of the whole fleet that read parallelism: the GPU budget is checked over all groups (`FLEET_RULES`)."""
 
 
-def group_cel(expression: str) -> str | None:
-    """`expression` (over `self` = .spec) checked for every worker group, or None when it reads nothing a group
-    sets. Each field the rule reads is the group's where the group sets it: nested conditionals over booleans, so
-    the two branches always have one type. The branch where the group sets none of them is the top level's own
-    rule, already checked: `true`, which keeps the rule's cost within the API server's budget."""
-    paths = sorted(set(_GROUP_PATH.findall(expression)))
-    if not paths:
-        return None
+def _reads(expression: str) -> tuple[tuple[str, ...], bool]:
+    """The paths a group can set that `expression` (over `self` = .spec) reads, and whether it reads anything else
+    of the spec (the fleet's image or version, the model, the router: what only the top level has)."""
+    paths: set[str] = set()
+    other = False
+    for top, sub in _SELF_REF.findall(expression):
+        if top in _GROUP_OBJECTS:
+            paths.add(top)
+        elif top == "engine" and sub in _GROUP_ENGINE:
+            paths.add(f"engine.{sub}")
+        else:
+            other = True
+    return tuple(sorted(paths)), other
 
-    def choose(expr: str, pending: list[str]) -> str:
-        if not pending:  # every field the top level's: the top level's own rule checks exactly this
-            return "true" if expr == expression else expr
-        path, rest = pending[0], pending[1:]
-        own = expr.replace(f"self.{path}", f"g.{path}")
-        if path == "parallelism":
-            return choose(own, rest)
-        present = f"has(g.engine) && has(g.{path})" if path.startswith("engine.") else f"has(g.{path})"
-        return f"(({present}) ? ({choose(own, rest)}) : ({choose(expr, rest)}))"
 
-    return f"!has(self.workerGroups) || self.workerGroups.all(g, {choose(expression, paths)})"
+def _sets(group: WorkerGroupSpec, path: str) -> bool:
+    if path == "parallelism":
+        return True
+    if path.startswith("engine."):
+        return group.engine is not None and getattr(group.engine, _snake(path.split(".")[1])) is not None
+    return getattr(group, _snake(path)) is not None
+
+
+def _sets_cel(group: str, path: str) -> str:
+    return f"has({group}.engine) && has({group}.{path})" if path.startswith("engine.") else f"has({group}.{path})"
+
+
+def _item_path(field: str) -> str | None:
+    """`field` inside one worker group (`.engine.args` for spec.engine.args), None where a group has no such field."""
+    rest = field.removeprefix("spec.")
+    top, _, sub = rest.partition(".")
+    return f".{rest}" if top in _GROUP_OBJECTS or (top == "engine" and sub.split(".")[0] in _GROUP_ENGINE) else None
+
+
+def _on_item(rule: Rule) -> bool:
+    """Whether the rule can be checked on a group alone: it reads nothing only the top level has, and points at a
+    field a group has. Then, for a group that sets every field the rule reads, the API server checks it on the
+    `workerGroups` item and names `spec.workerGroups[i].<field>` itself, as `validate` does."""
+    _, other = _reads(rule.cel)
+    return not other and _item_path(rule.field) is not None
+
+
+def _checks(rule: Rule, on_item: bool, group: WorkerGroupSpec) -> bool:
+    """Whether the `on_item` variant of `rule` checks `group`. A group that sets none of the fields the rule reads
+    runs the top level's values, which the top level's own rule checks already. One that sets all of them, where
+    the rule can be checked on the group alone, is the item variant's; every other mix (some fields the group's,
+    some the top level's, or a rule that reads the fleet's version) is the fleet-level variant's."""
+    paths, _ = _reads(rule.cel)
+    own = {path for path in paths if _sets(group, path)}
+    if not own:
+        return False
+    return (own == set(paths) and _on_item(rule)) == on_item
+
+
+def group_message(name: str, message: str) -> str:
+    """A fleet-level group rule's message: the API server cannot name the group's index there (a rule that reads
+    the top level's fields sits on the spec, and a fieldPath takes no index), so both name the group."""
+    return f"worker group '{name}': {message}"
 
 
 @dataclass(frozen=True)
 class GroupRule(Rule):
-    """A rule of the top level, checked for every worker group (`holds` over the whole spec)."""
+    """A rule of the top level, checked for the worker groups (`holds` over the whole spec), in one of two places.
+
+    `on_item`: in the CRD on the `workerGroups` items, for groups that set every field the rule reads; the API
+    server names `spec.workerGroups[i]` + the rule's field, and so does `validate`. Otherwise on the spec, over
+    `self.workerGroups`, for groups whose effective values mix their own fields with the top level's (or that the
+    fleet's version decides): the field is `spec.workerGroups` and the message names the group (`validations`)."""
 
     base: Rule | None = None
+    on_item: bool = False
+
+    @property
+    def field_path(self) -> str:
+        """The CEL `fieldPath`: relative to the item for an item rule, else to `.spec`."""
+        assert self.base is not None
+        return (_item_path(self.base.field) or "") if self.on_item else super().field_path
 
     def failures(self, spec: SGLangDeploymentSpec) -> list[FieldError]:
-        """One error per failing group, at the group's own field where the group sets it."""
+        """The groups this variant checks that fail, named as the API server names them."""
+        base = self.base
+        assert base is not None
+        failing = [
+            (index, group)
+            for index, group in enumerate(spec.worker_groups)
+            if _checks(base, self.on_item, group) and not base.holds(group_spec(spec, group))
+        ]
+        if self.on_item:
+            return [
+                FieldError(f"spec.workerGroups[{index}]{_item_path(base.field)}", base.message) for index, _ in failing
+            ]
+        return [FieldError(self.field, group_message(group.name, base.message)) for _, group in failing]
+
+    def validations(self) -> list[dict[str, str]]:
+        """The CRD's `x-kubernetes-validations` entries. An item rule is one entry on the items. A fleet-level one is
+        one entry per possible group index, each over `self.workerGroups[i]`, so that its `messageExpression` can
+        name that group at the cost of one string: a messageExpression that searched the groups for the failing one
+        would evaluate the rule again, which the API server's cost budget for messages does not allow."""
+        if self.on_item:
+            return [{"rule": self.cel, "message": self.message, "fieldPath": self.field_path}]
         assert self.base is not None
-        errors = []
-        for index, group in enumerate(spec.worker_groups):
-            if not self.base.holds(group_spec(spec, group)):
-                errors.append(FieldError(_group_field(self.base.field, group, index), self.base.message))
-        return errors
+        group_all = self.cel.removeprefix(_ALL_GROUPS).removesuffix(")")
+        entries = []
+        for index in range(MAX_WORKER_GROUPS):
+            group = f"self.workerGroups[{index}]"
+            expression = re.sub(rf"\b{_G}\.", f"{group}.", group_all)
+            entries.append({
+                "rule": f"!has(self.workerGroups) || size(self.workerGroups) <= {index} || ({expression})",
+                "message": self.message,
+                "fieldPath": self.field_path,
+                "messageExpression": f"\"worker group '\" + {group}.name + \"': \" + {json.dumps(self.base.message)}",
+            })  # fmt: skip
+        return entries
 
 
-def group_variant(rule: Rule) -> GroupRule | None:
-    cel = group_cel(rule.cel)
-    if cel is None or rule.field in _FLEET_ONLY:
-        return None
-    return GroupRule(
-        field="spec.workerGroups",
-        message=rule.message,
-        cel=cel,
-        holds=lambda s: all(rule.holds(group_spec(s, g)) for g in s.worker_groups),
-        base=rule,
-    )
+def group_variants(rule: Rule) -> list[GroupRule]:
+    """`rule` for the worker groups: the item variant and the fleet-level variant, each where some group could need
+    it; none for a rule that reads nothing a group sets."""
+    paths, _ = _reads(rule.cel)
+    if not paths or rule.field in _FLEET_ONLY:
+        return []
+
+    def holds(on_item: bool) -> SpecCheck:
+        return lambda s: all(rule.holds(group_spec(s, g)) for g in s.worker_groups if _checks(rule, on_item, g))
+
+    variants = []
+    if _on_item(rule):
+        guard = " && ".join(_sets_cel("self", path) for path in paths if path != "parallelism")
+        cel = f"!({guard}) || ({rule.cel})" if guard else rule.cel
+        item = f"spec.workerGroups[]{_item_path(rule.field)}"
+        variants.append(GroupRule(item, rule.message, cel, holds(True), base=rule, on_item=True))
+    mixed = _mixed_cel(rule, paths)
+    if mixed is not None:
+        cel = f"{_ALL_GROUPS}{mixed})"
+        variants.append(GroupRule("spec.workerGroups", f"a worker group: {rule.message}", cel, holds(False), base=rule))
+    return variants
 
 
-def _group_field(field: str, group: WorkerGroupSpec, index: int) -> str:
-    """The group's own field when the group sets what the rule points at, else the group itself."""
-    rest = field.removeprefix("spec.")
-    top = rest.split(".", 1)[0]
-    sets = top == "parallelism" or (
-        top in ("resources", "template", "updateStrategy") and getattr(group, _snake(top)) is not None
-    )
-    if top == "engine" and group.engine is not None:
-        leaf = _snake(rest.split(".")[1]) if "." in rest else ""
-        sets = leaf in GROUP_ENGINE_FIELDS and getattr(group.engine, leaf) is not None
-    return f"spec.workerGroups[{index}].{rest}" if sets else f"spec.workerGroups[{index}]"
+_G = "wg"
+"""The group's variable in a fleet-level rule: a name no rule uses for its own loops."""
+_ALL_GROUPS = f"!has(self.workerGroups) || self.workerGroups.all({_G}, "
+
+
+def _mixed_cel(rule: Rule, paths: tuple[str, ...]) -> str | None:
+    """The rule over one group `g` for the mixes of the group's and the top level's fields that the item variant
+    leaves out, as nested conditionals over booleans (so the two branches always have one type); `true` where the
+    group sets none of them (the top level's own rule checks exactly that) or all of them on an item. None when no
+    mix is left."""
+    whole_on_item = _on_item(rule)
+    left = False
+
+    def choose(expr: str, pending: list[str], own: int) -> str:
+        nonlocal left
+        if not pending:
+            if own == 0 or (whole_on_item and own == len(paths)):
+                return "true"
+            left = True
+            return expr
+        path, rest = pending[0], pending[1:]
+        mine = re.sub(rf"\bself\.{re.escape(path)}\b", f"{_G}.{path}", expr)
+        if path == "parallelism":
+            return choose(mine, rest, own + 1)
+        return f"(({_sets_cel(_G, path)}) ? ({choose(mine, rest, own + 1)}) : ({choose(expr, rest, own)}))"
+
+    expression = choose(rule.cel, list(paths), 0)
+    return expression if left else None
 
 
 def _snake(camel: str) -> str:

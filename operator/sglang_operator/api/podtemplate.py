@@ -80,7 +80,10 @@ class EnvVar(SpecModel):
     """A container env var: a literal value, or a value from a Secret, ConfigMap or the pod's own fields."""
 
     name: str = Field(min_length=1, max_length=253, pattern=ENV_NAME)
-    value: str | None = Field(default=None, max_length=32768)
+    # 4 KiB: every value of the main container's env is searched for `$(` at admission (tenant_rules), in each
+    # worker group's template too, and the API server's CEL cost estimate counts the longest possible values (32 KiB
+    # was 5x over its budget). Longer configuration belongs in a ConfigMap (valueFrom, envFrom or a volume).
+    value: str | None = Field(default=None, max_length=4096)
     value_from: EnvVarSource | None = None
 
 

@@ -2,9 +2,12 @@
 parser and checks accept. Part of `validation.RULES`, each with its CEL twin.
 
 The version comes from `engine.version` or, when unset, from the image's tag; the CEL reads the tag with the same
-regular expressions (`find`, Kubernetes' regex library), so the API server derives the same version.
+regular expressions (`find`, Kubernetes' regex library), so the API server derives the same version. Without
+`engine.image` the image is the release image of `engine.version` (or the default image), so a version alone never
+contradicts anything.
 """
 
+from .constants import DEFAULT_SGLANG_VERSION
 from .releases import (
     FLASHINFER_ATTN_DP_CHECK_SINCE,
     MOE_A2A_BACKEND_SINCE,
@@ -17,6 +20,7 @@ from .releases import (
     format_version,
     image_tag_version,
     parse_version,
+    release_image,
     supported,
 )
 from .rule import Rule
@@ -24,8 +28,8 @@ from .spec import SGLangDeploymentSpec
 
 _TAG_CEL = r":v?" + TAG_VERSION_PATTERN + r"([-_][^/:@]*)?(@sha256:[0-9a-f]+)?$"
 _EFFECTIVE_CEL = (
-    f"(has(self.engine.version) ? self.engine.version : self.engine.image.find(r'{_TAG_CEL}')"
-    f".find(r'{TAG_VERSION_PATTERN}'))"
+    f"(has(self.engine.version) ? self.engine.version : has(self.engine.image) ? self.engine.image.find(r'{_TAG_CEL}')"
+    f".find(r'{TAG_VERSION_PATTERN}') : '{DEFAULT_SGLANG_VERSION}')"
 )
 _BASE_CEL = f"{_EFFECTIVE_CEL}.find(r'^[0-9]+\\.[0-9]+\\.[0-9]+')"
 _PAR = "self.parallelism"
@@ -63,15 +67,21 @@ RELEASE_RULES: tuple[Rule, ...] = (
         field="spec.engine.version",
         message="is required: the image's tag names no SGLang version (a digest, latest or a private build); set "
         "engine.version to the version the image runs.",
-        cel=f"has(self.engine.version) || self.engine.image.matches(r'{_TAG_CEL}')",
-        holds=lambda s: s.engine.version is not None or image_tag_version(s.engine.image) is not None,
+        cel=f"has(self.engine.version) || !has(self.engine.image) || self.engine.image.matches(r'{_TAG_CEL}')",
+        holds=lambda s: s.engine.version is not None or image_tag_version(s.engine.sglang_image) is not None,
     ),
     Rule(
         field="spec.engine.version",
-        message="contradicts the version in engine.image's tag; drop engine.version or make them agree.",
-        cel=f"!has(self.engine.version) || !self.engine.image.matches(r'{_TAG_CEL}') || "
+        message="contradicts the version in the tag of engine.image, which is given too (the image runs the "
+        f"release its tag names): drop engine.version, make the two agree, or drop engine.image to run "
+        f"{release_image('<version>')}.",
+        cel=f"!has(self.engine.version) || !has(self.engine.image) || !self.engine.image.matches(r'{_TAG_CEL}') || "
         f"self.engine.image.find(r'{_TAG_CEL}').find(r'{TAG_VERSION_PATTERN}') == self.engine.version",
-        holds=lambda s: s.engine.version is None or image_tag_version(s.engine.image) in (None, s.engine.version),
+        holds=lambda s: (
+            s.engine.version is None
+            or s.engine.image is None
+            or image_tag_version(s.engine.image) in (None, s.engine.version)
+        ),
     ),
     Rule(
         field="spec.engine.version",

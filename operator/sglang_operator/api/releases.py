@@ -66,4 +66,13 @@ def format_version(version: Version) -> str:
     return ".".join(str(part) for part in version)
 
 
+IMAGE_REPOSITORY: Final = "lmsysorg/sglang"
+"""Where SGLang's release images are published, each tagged `v<version>`."""
+
+
+def release_image(version: str) -> str:
+    """The published image of an SGLang release: what `engine.version` alone means."""
+    return f"{IMAGE_REPOSITORY}:v{version}"
+
+
 SUPPORTED_RANGE: Final = f"{format_version(OLDEST_SUPPORTED)} to {format_version(NEWEST_SUPPORTED)}"

@@ -6,8 +6,14 @@ says) or bypass its validation; `--api-key` would put a secret in the pod spec; 
 SGLang's and smg's parsers accept unique prefixes (argparse `allow_abbrev`), so an argument is refused when it is a
 prefix of an owned flag, not only when it equals one. Env names the operator sets are refused the same way, and so
 are the operator's `sglang.ai/` label and annotation keys, which drive drains and replica bookkeeping.
+
+The kubelet expands `$(VAR)` in a container's command, args and env values with that container's environment, so a
+tenant string that lands there could assemble an owned flag (`env X=--host`, `args: ["$(X)"]`) or copy a Secret the
+operator put in the environment (`model.path: $(HF_TOKEN)`). `EXPANSION` is refused in every such string
+(`tenant_rules`), and `kubelet_literal` escapes it in what the renderer writes, for CRs stored before that rule.
 """
 
+import re
 from collections.abc import Iterable
 
 from .constants import GROUP
@@ -74,6 +80,12 @@ ROUTER_FLAGS: dict[str, str] = {
     "--worker-startup-check-interval": "the operator",
 }
 
+WORKER_API_KEY_ENV = "SGLANG_OPERATOR_API_KEY"
+"""Carries engine.apiKeySecretRef into the worker's launcher (`render.workers`), which moves it into SGLang's argv."""
+ROUTER_API_KEY_ENV = "SMG_API_KEY"
+"""Carries router.apiKeySecretRef into the router's `--api-key $(SMG_API_KEY)`. The router container has no tenant
+env (no `router.env`, and the template applies to workers only), so nothing can shadow it."""
+
 ENGINE_ENV: dict[str, str] = {
     "POD_NAME": "the operator",
     "POD_NAMESPACE": "the operator",
@@ -81,6 +93,9 @@ ENGINE_ENV: dict[str, str] = {
     "HF_HOME": "model.cache.mountPath",
     "HF_TOKEN": "model.tokenSecretRef",
     "HUGGING_FACE_HUB_TOKEN": "model.tokenSecretRef",
+    # A duplicate later in the list wins: the workers would run without the Secret's key, or with one the tenant
+    # knows, while the operator and the routers send the Secret's.
+    WORKER_API_KEY_ENV: "engine.apiKeySecretRef",
 }
 
 RESERVED_KEY_PREFIX = f"{GROUP}/"
@@ -123,3 +138,16 @@ def describe(owned: dict[str, str]) -> str:
     for flag, field in owned.items():
         by_field.setdefault(field, []).append(flag)
     return "; ".join(f"{'/'.join(flags)}: {field}" for field, flags in by_field.items())
+
+
+EXPANSION = "$("
+"""What starts a variable reference the kubelet expands (`$(NAME)`) in command, args and env values."""
+_EXPANSION_RUN = re.compile(r"(\$+)\(")
+
+
+def kubelet_literal(text: str) -> str:
+    """`text` written so that the kubelet's expansion gives `text` back: each run of `$` before a `(` is doubled
+    (the kubelet turns `$$` into `$` and expands `$(NAME)`). A string without `$(` is returned unchanged, so no
+    rendered object of a spec without one changes, and its `$$`, which the kubelet reads as `$`, keeps meaning what
+    it meant."""
+    return _EXPANSION_RUN.sub(lambda match: match.group(1) * 2 + "(", text)

@@ -5,6 +5,7 @@ These models are the single source of the schema: `crdgen` turns them into the C
 Defaults are chosen so that `spec: {model: {path: X}}` is one single-GPU replica behind a router.
 """
 
+import re
 from typing import Annotated, Literal
 
 from pydantic import Field
@@ -21,7 +22,7 @@ from .diagnostics import DiagnosticsSpec
 from .inferencepool import InferencePoolSpec
 from .podtemplate import ABSOLUTE_PATH, EnvVar, PodTemplateOverrides
 from .podtypes import DNS_SUBDOMAIN, QUANTITY
-from .releases import SUPPORTED_RANGE, VERSION_PATTERN, image_tag_version
+from .releases import SUPPORTED_RANGE, VERSION_PATTERN, image_tag_version, release_image
 
 MoeA2ABackend = Literal[
     "none",
@@ -132,14 +133,22 @@ class ModelSpec(SpecModel):
 
 
 class EngineSpec(SpecModel):
-    image: str = Field(default=DEFAULT_SGLANG_IMAGE, min_length=1, max_length=512, pattern=NO_SPACE)
+    image: str | None = Field(
+        default=None,
+        min_length=1,
+        max_length=512,
+        pattern=NO_SPACE,
+        description=f"The SGLang image. Default: {release_image('<version>')} of engine.version when it is set, "
+        f"else {DEFAULT_SGLANG_IMAGE}.",
+    )
     version: str | None = Field(
         default=None,
         max_length=32,
         pattern=VERSION_PATTERN,
         description=f"SGLang version of the image ({SUPPORTED_RANGE} supported); picks the launch-flag dialect, the "
-        "readiness endpoint and the values SGLang accepts. Default: the version in the image's tag (v0.5.21, "
-        "v0.5.21-cu129, v0.5.15.post1-cu126); required when the tag names none (a digest, latest, a private build).",
+        "readiness endpoint and the values SGLang accepts, and without engine.image the image itself. Default: the "
+        "version in the image's tag (v0.5.21, v0.5.21-cu129, v0.5.15.post1-cu126); required when the tag names "
+        "none (a digest, latest, a private build).",
     )
     port: int = DEFAULT_ENGINE_PORT
     max_running_requests: int | None = Field(default=None, description="--max-running-requests per DP rank.")
@@ -163,9 +172,18 @@ class EngineSpec(SpecModel):
     )
 
     @property
+    def sglang_image(self) -> str:
+        """The image the workers run: `image`, else the release image of `version`, else the default image. A user
+        who names only a version means that release's image (it used to be refused as contradicting the default
+        image's tag, which the user never wrote)."""
+        if self.image is not None:
+            return self.image
+        return release_image(self.version) if self.version is not None else DEFAULT_SGLANG_IMAGE
+
+    @property
     def sglang_version(self) -> str:
         """The version the image runs: `version`, else the image tag's (validation makes one of them exist)."""
-        return self.version or image_tag_version(self.image) or ""
+        return self.version or image_tag_version(self.sglang_image) or ""
 
 
 class ParallelismSpec(SpecModel):
@@ -447,9 +465,31 @@ class UpdateStrategy(SpecModel):
     drain_timeout_seconds: int = 120
 
 
+# A Prometheus duration of hours, minutes, seconds and milliseconds, each at most once and in that order (what
+# Prometheus' own parser and prometheus-operator's PodMonitor schema accept); six digits a part keep the total within
+# a Go duration, so CEL's `duration()` reads every string the pattern admits.
+PROMETHEUS_DURATION = r"^([0-9]{1,6}h)?([0-9]{1,6}m)?([0-9]{1,6}s)?([0-9]{1,6}ms)?$"
+_DURATION_MS = {"h": 3_600_000, "m": 60_000, "s": 1_000, "ms": 1}
+
+
+def duration_ms(text: str) -> int | None:
+    """A PROMETHEUS_DURATION in milliseconds (`1m30s` -> 90000), None for anything else (the empty string too)."""
+    match = re.fullmatch(PROMETHEUS_DURATION, text)
+    if not text or match is None:
+        return None
+    parts = [re.fullmatch(r"([0-9]+)(ms|h|m|s)", part) for part in match.groups() if part]
+    return sum(int(part[1]) * _DURATION_MS[part[2]] for part in parts if part is not None)
+
+
 class MonitoringSpec(SpecModel):
     pod_monitor: bool = Field(default=False, description="Render a prometheus-operator PodMonitor.")
-    interval: str = Field(default="15s", max_length=16, pattern=r"^[0-9]+(ms|s|m|h)$")
+    interval: str = Field(
+        default="15s",
+        min_length=2,
+        max_length=16,
+        pattern=PROMETHEUS_DURATION,
+        description="The PodMonitor's scrape interval, a Prometheus duration from 5s to 10m (e.g. 15s, 1m30s).",
+    )
 
 
 class NetworkPolicySpec(SpecModel):
@@ -461,6 +501,7 @@ class NetworkPolicySpec(SpecModel):
 
 
 GROUP_NAME = r"^[a-z]([-a-z0-9]*[a-z0-9])?$"
+MAX_WORKER_GROUPS = 8
 
 
 class GroupEngineSpec(SpecModel):
@@ -523,7 +564,7 @@ class SGLangDeploymentSpec(SpecModel):
     diagnostics: DiagnosticsSpec = Field(default_factory=DiagnosticsSpec)
     worker_groups: list[WorkerGroupSpec] = Field(
         default_factory=list,
-        max_length=8,
+        max_length=MAX_WORKER_GROUPS,
         description="Replicas of different shapes behind the one router (e.g. tp=4 and tp=2 on one node). Empty: "
         "the top-level fields are the one group.",
     )

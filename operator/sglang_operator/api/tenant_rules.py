@@ -3,16 +3,23 @@
 Each is a `Rule` with its Python check and CEL twin, part of `validation.RULES`, so `validate` and the API server
 refuse the same specs with the same message. The typed template (`podtemplate`) already leaves out every pod field
 that could escalate (privilege, host namespaces, hostPath, service accounts); these rules cover what types cannot
-say: which names inside a free-form list belong to the operator.
+say: which names inside a free-form list belong to the operator, and which strings the kubelet expands.
+
+`$(` is refused in every CR string the renderer places into the command or the env values of the worker's main
+container or the router's container (`reserved.EXPANSION`): there the kubelet would expand it with the environment
+the operator filled (owned flags' values, HF_TOKEN, the workers' API key). Sidecars and init containers need no such
+rule: the kubelet expands their command, args and env with their own environment only, which holds nothing but what
+the tenant wrote there (Secrets under the same namespace policy as any env), and the operator adds nothing to it.
 """
 
 import re
 from collections.abc import Callable, Iterable
 
-from .podtemplate import LABEL_KEY, Container, Volume
+from .podtemplate import LABEL_KEY, Container, EnvVar, Volume
 from .reserved import (
     ENGINE_ENV,
     ENGINE_FLAGS,
+    EXPANSION,
     MAIN_CONTAINER,
     MAIN_CONTAINER_FIELDS,
     RESERVED_KEY_PREFIX,
@@ -58,10 +65,37 @@ def _main_container(spec: SGLangDeploymentSpec) -> Container | None:
     return next((c for c in spec.template.spec.containers or [] if c.name == MAIN_CONTAINER), None)
 
 
-def _env_names(spec: SGLangDeploymentSpec) -> Iterable[str]:
+def _main_env(spec: SGLangDeploymentSpec) -> list[EnvVar]:
+    """The env the template adds to the main container (appended after the operator's and engine.env)."""
     main = _main_container(spec)
-    extra = (main.env or []) if main is not None else []
-    return [var.name for var in [*spec.engine.env, *extra]]
+    return (main.env or []) if main is not None else []
+
+
+def _env_values(env: Iterable[EnvVar]) -> list[str]:
+    return [var.value for var in env if var.value is not None]
+
+
+def _main_env_cel(condition: str) -> str:
+    """CEL: every env var `e` of the template's main container satisfies `condition`."""
+    return (
+        f"!has({_CONTAINERS}) || {_CONTAINERS}.all(c, c.name != '{MAIN_CONTAINER}' || !has(c.env) || "
+        f"c.env.all(e, {condition}))"
+    )
+
+
+_NOT_EXPANDED = f"!e.value.contains('{EXPANSION}')"
+
+
+def _expansion_rule(field: str, where: str, cel: str, values: Callable[[SGLangDeploymentSpec], Iterable[str]]) -> Rule:
+    """`$(` in a string the kubelet expands in `where` (see the module's docstring)."""
+    return Rule(
+        field=field,
+        message=f"must not contain '{EXPANSION}': the kubelet expands $(NAME) in {where} with that container's "
+        "environment, which holds the values of flags the operator owns and its Secrets (HF_TOKEN, the API keys); "
+        "write the value itself.",
+        cel=cel,
+        holds=lambda s: not any(EXPANSION in value for value in values(s)),
+    )
 
 
 def _volume_sources(volume: Volume) -> int:
@@ -99,6 +133,11 @@ def _is_label_key(key: str) -> bool:
 
 
 _ENV_LIST = ", ".join(f"'{name}'" for name in ENGINE_ENV)
+_ENV_SOURCES = (
+    "where each comes from: "
+    + "; ".join(f"{name}: {field}" for name, field in ENGINE_ENV.items())
+    + ". Use that field (a token belongs in a Secret, never in a plain value)."
+)
 _VOLUME_SOURCES = ("configMap", "secret", "emptyDir", "persistentVolumeClaim", "downwardAPI", "projected")
 _MAIN_ONLY = [f for f in ("image", "command", "args", "workingDir", "ports") if f not in MAIN_CONTAINER_FIELDS]
 _GPU_IN = "(has(c.resources.{kind}) && self.resources.gpuResourceName in c.resources.{kind})"
@@ -108,13 +147,64 @@ TENANT_RULES: tuple[Rule, ...] = (
     _flags_rule("spec.router.args", ROUTER_FLAGS, lambda s: s.router.args),
     Rule(
         field="spec.engine.env",
-        message="must not set env the operator sets; where each comes from: "
-        + "; ".join(f"{name}: {field}" for name, field in ENGINE_ENV.items())
-        + ". Use that field (a token belongs in a Secret, never in a plain value).",
-        cel=f"(!has(self.engine.env) || self.engine.env.all(e, !(e.name in [{_ENV_LIST}]))) && (!has({_CONTAINERS}) || "
-        f"{_CONTAINERS}.all(c, c.name != '{MAIN_CONTAINER}' || !has(c.env) || "
-        f"c.env.all(e, !(e.name in [{_ENV_LIST}]))))",
-        holds=lambda s: not any(name in ENGINE_ENV for name in _env_names(s)),
+        message=f"must not set env the operator sets; {_ENV_SOURCES}",
+        cel=f"!has(self.engine.env) || self.engine.env.all(e, !(e.name in [{_ENV_LIST}]))",
+        holds=lambda s: not any(var.name in ENGINE_ENV for var in s.engine.env),
+    ),
+    Rule(
+        field="spec.template.spec.containers",
+        message=f"the '{MAIN_CONTAINER}' entry's env must not set env the operator sets; {_ENV_SOURCES}",
+        cel=_main_env_cel(f"!(e.name in [{_ENV_LIST}])"),
+        holds=lambda s: not any(var.name in ENGINE_ENV for var in _main_env(s)),
+    ),
+    _expansion_rule(
+        "spec.model.path",
+        "the worker's command",
+        f"!self.model.path.contains('{EXPANSION}')",
+        lambda s: [s.model.path],
+    ),
+    _expansion_rule(
+        "spec.model.servedName",
+        "the worker's command",
+        f"!has(self.model.servedName) || !self.model.servedName.contains('{EXPANSION}')",
+        lambda s: [s.model.served_name or ""],
+    ),
+    _expansion_rule(
+        "spec.model.revision",
+        "the worker's command",
+        f"!has(self.model.revision) || !self.model.revision.contains('{EXPANSION}')",
+        lambda s: [s.model.revision or ""],
+    ),
+    _expansion_rule(
+        "spec.model.cache.mountPath",
+        "the worker's env (it is HF_HOME)",
+        f"!has(self.model.cache) || !has(self.model.cache.mountPath) || "
+        f"!self.model.cache.mountPath.contains('{EXPANSION}')",
+        lambda s: [s.model.cache.mount_path],
+    ),
+    _expansion_rule(
+        "spec.engine.args",
+        "the worker's command",
+        f"!has(self.engine.args) || self.engine.args.all(a, !a.contains('{EXPANSION}'))",
+        lambda s: s.engine.args,
+    ),
+    _expansion_rule(
+        "spec.engine.env",
+        "the worker's env values",
+        f"!has(self.engine.env) || self.engine.env.all(e, !has(e.value) || {_NOT_EXPANDED})",
+        lambda s: _env_values(s.engine.env),
+    ),
+    _expansion_rule(
+        "spec.template.spec.containers",
+        f"the '{MAIN_CONTAINER}' entry's env values (the worker's env)",
+        _main_env_cel(f"!has(e.value) || {_NOT_EXPANDED}"),
+        lambda s: _env_values(_main_env(s)),
+    ),
+    _expansion_rule(
+        "spec.router.args",
+        "the router's command",
+        f"!has(self.router.args) || self.router.args.all(a, !a.contains('{EXPANSION}'))",
+        lambda s: s.router.args,
     ),
     Rule(
         field="spec.template.metadata",

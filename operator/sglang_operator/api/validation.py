@@ -16,12 +16,12 @@ from typing import Any, Union, get_args, get_origin
 from pydantic import BaseModel, ValidationError
 
 from ..settings import PodPolicy
-from .groups import FLEET_RULES, GroupRule, group_variant
+from .groups import FLEET_RULES, GroupRule, group_variants
 from .limits import UPPER_BOUNDS
 from .pod_rules import POD_RULES
 from .release_rules import RELEASE_RULES
 from .rule import FieldError, Rule
-from .spec import EP_SPANNING_BACKENDS, PrometheusAuth, SGLangDeploymentSpec
+from .spec import EP_SPANNING_BACKENDS, PROMETHEUS_DURATION, PrometheusAuth, SGLangDeploymentSpec, duration_ms
 from .tenant_rules import TENANT_RULES
 
 
@@ -135,20 +135,20 @@ def _window(section: str, name: str, attr: str, minimum: int, why: str) -> Rule:
     return _at_least(f"spec.autoscaling.{section}.{name}", minimum, get, why)
 
 
+_INTERVAL = "self.monitoring.interval"
+MIN_SCRAPE_INTERVAL = "5s"
+MAX_SCRAPE_INTERVAL = "10m"
+
+
+def _interval_in_bounds(interval: str) -> bool:
+    """Within the scrape bounds, or not a duration at all (the schema's pattern refuses that, naming the pattern)."""
+    ms = duration_ms(interval)
+    return ms is None or (duration_ms(MIN_SCRAPE_INTERVAL) or 0) <= ms <= (duration_ms(MAX_SCRAPE_INTERVAL) or 0)
+
+
 _SPANNING = sorted(EP_SPANNING_BACKENDS)
 _SPANNING_CEL = "[" + ", ".join(f"'{b}'" for b in _SPANNING) + "]"
 
-RULES: tuple[Rule, ...] = (
-    _at_least(
-        "spec.parallelism.tp",
-        1,
-        lambda s: s.parallelism.tp,
-        "it is the number of GPUs each model shard spans.",
-    ),
-    _at_least("spec.parallelism.dp", 1, lambda s: s.parallelism.dp, "it counts in-process data-parallel groups."),
-    _at_least(
-        "spec.parallelism.attentionDP",
-        1,
 PROMETHEUS_URL_PLAIN = Rule(
     field="spec.autoscaling.prometheusURL",
     message="must be a Prometheus base URL without a query (?), a fragment (#), user info (@) or a backslash: the "
@@ -160,8 +160,19 @@ PROMETHEUS_URL_PLAIN = Rule(
 """Issue 29, gap 2: no Prometheus base URL needs these, and each lets a tenant's URL under an allowed prefix reach
 another query or host; the operator's settings compare the rest (`settings.parse_base_url`)."""
 
-        lambda s: s.parallelism.attention_dp,
+RULES: tuple[Rule, ...] = (
     PROMETHEUS_URL_PLAIN,
+    _at_least(
+        "spec.parallelism.tp",
+        1,
+        lambda s: s.parallelism.tp,
+        "it is the number of GPUs each model shard spans.",
+    ),
+    _at_least("spec.parallelism.dp", 1, lambda s: s.parallelism.dp, "it counts in-process data-parallel groups."),
+    _at_least(
+        "spec.parallelism.attentionDP",
+        1,
+        lambda s: s.parallelism.attention_dp,
         "1 disables attention data parallelism.",
     ),
     _at_least("spec.parallelism.ep", 1, lambda s: s.parallelism.ep, "1 disables expert parallelism."),
@@ -517,12 +528,23 @@ another query or host; the operator's settings compare the rest (`settings.parse
         cel="!self.inferencePool.enabled || has(self.inferencePool.endpointPickerRef.name)",
         holds=lambda s: not s.inference_pool.enabled or s.inference_pool.endpoint_picker_ref.name is not None,
     ),
+    Rule(
+        field="spec.monitoring.interval",
+        message=f"must be from {MIN_SCRAPE_INTERVAL} to {MAX_SCRAPE_INTERVAL}: it is how often the shared Prometheus "
+        "scrapes every pod of the fleet (1ms would be a thousand scrapes a second per pod) and a rate window needs "
+        "two scrapes; write it as Prometheus does, e.g. 15s, 30s or 1m30s.",
+        cel=f"{_INTERVAL} == '' || !{_INTERVAL}.matches(r'{PROMETHEUS_DURATION}') || "
+        f"(duration({_INTERVAL}) >= duration('{MIN_SCRAPE_INTERVAL}') && "
+        f"duration({_INTERVAL}) <= duration('{MAX_SCRAPE_INTERVAL}'))",
+        holds=lambda s: _interval_in_bounds(s.monitoring.interval),
+    ),
     *TENANT_RULES,
     *POD_RULES,
     *RELEASE_RULES,
 )
-# Every rule that reads a field a worker group sets, once more for each group; then the fleet's own group rules.
-RULES = RULES + tuple(v for v in map(group_variant, RULES) if v is not None) + FLEET_RULES
+# Every rule that reads a field a worker group sets, once more for the groups (on each group where the rule can be
+# checked on the group alone, else over the groups: `groups.group_variants`); then the fleet's own group rules.
+RULES = RULES + tuple(variant for rule in RULES for variant in group_variants(rule)) + FLEET_RULES
 
 
 def check_rules(spec: SGLangDeploymentSpec) -> list[FieldError]:

@@ -15,12 +15,13 @@ from typing import Any
 
 from .. import names
 from ..api.constants import COMPONENT_ROUTER
+from ..api.reserved import ROUTER_API_KEY_ENV, kubelet_literal
 from ..api.spec import SGLangDeploymentSpec
 from .meta import Owner, child_labels, object_meta, scrape_annotations, selector_labels
 from .podsecurity import harden_pod_spec, router_container_security_context, router_pod_security_context
 
 CONTAINER_NAME = "smg"
-API_KEY_ENV = "SMG_API_KEY"
+API_KEY_ENV = ROUTER_API_KEY_ENV
 TMP_VOLUME = "tmp"
 TMP_SIZE_LIMIT = "64Mi"
 LOAD_MONITOR_INTERVAL_S = 1  # smg takes whole seconds; its default, 10, herds cache misses (docs/routing.md)
@@ -52,7 +53,9 @@ def router_command(spec: SGLangDeploymentSpec) -> list[str]:
         # not in the stored pod spec, but it is in the process's command line (`ps`, /proc/<pid>/cmdline on the
         # node) and in the container runtime's config. Move it to an env var or file flag when smg offers one.
         command += ["--api-key", f"$({API_KEY_ENV})"]
-    return command + list(router.args)
+    # The operator's own `$(SMG_API_KEY)` is the one reference the kubelet may expand here: the tenant's args are
+    # written as literals (defence in depth for CRs stored before `tenant_rules` refused `$(` in router.args).
+    return command + [kubelet_literal(arg) for arg in router.args]
 
 
 def router_deployment(spec: SGLangDeploymentSpec, owner: Owner) -> dict[str, Any]:

@@ -4,7 +4,9 @@ Pure: every input is an argument. The pod runs the real `python3 -m sglang.launc
 `topology.launch_args`, asks for GPUs with requests = limits, mounts /dev/shm as memory for NCCL, keeps weights in a
 cache volume, and probes the server in a way that survives minutes of weight loading and a /health that itself
 runs a one-token generation (~1 s). Every pod leaves through `harden_pod_spec` (Pod Security "baseline", see
-`podsecurity`), and the operator's own labels and annotations win over the template's.
+`podsecurity`), and the operator's own labels and annotations win over the template's. The main container's command
+and env values are written as kubelet literals (`reserved.kubelet_literal`): a `$(NAME)` a CR put there reaches
+SGLang as written, never expanded with the operator's env.
 """
 
 import hashlib
@@ -25,6 +27,7 @@ from ..api.constants import (
     LABEL_REVISION,
     LABEL_WORKER_GROUP,
 )
+from ..api.reserved import WORKER_API_KEY_ENV, kubelet_literal
 from ..api.spec import SGLangDeploymentSpec
 from ..topology import launch_args, readiness_path, topology
 from .meta import Owner, child_labels, object_meta, scrape_annotations, with_operator_keys
@@ -50,6 +53,7 @@ def revision_hash(spec: SGLangDeploymentSpec) -> str:
         by_alias=True, mode="json", include={"model", "engine", "parallelism", "resources", "template"}
     )
     shaping["engine"]["version"] = spec.engine.sglang_version
+    shaping["engine"]["image"] = spec.engine.sglang_image  # optional since a version alone names its image
     if spec.engine.api_key_secret_ref is None:  # a field added later: absent, it leaves the hash as it was
         del shaping["engine"]["apiKeySecretRef"]
     shaping["engine"]["env"] = [
@@ -96,7 +100,7 @@ def _env(spec: SGLangDeploymentSpec) -> list[dict[str, Any]]:
     return env
 
 
-API_KEY_ENV = "SGLANG_OPERATOR_API_KEY"
+API_KEY_ENV = WORKER_API_KEY_ENV
 # SGLang reads its API key from argv only (`--api-key`; no variable, and `--config` needs a YAML file). This launcher
 # moves the key from the environment (a Secret reference in the pod spec) into `sys.argv` inside the process, so it
 # is in neither the pod spec nor the process's command line (`ps`, /proc/PID/cmdline), then runs the server module
@@ -193,7 +197,7 @@ def worker_pod(
     )
     container = {
         "name": CONTAINER_NAME,
-        "image": spec.engine.image,
+        "image": spec.engine.sglang_image,
         "command": _command(spec, launch_args(spec, node_rank=rank, dist_init_host=dist_host)),
         "ports": [{"name": "http", "containerPort": spec.engine.port, "protocol": "TCP"}]
         + ([{"name": "dist", "containerPort": DIST_INIT_PORT, "protocol": "TCP"}] if multi_node else []),
@@ -217,8 +221,26 @@ def worker_pod(
         "kind": "Pod",
         "metadata": object_meta(owner, pod_name, labels, annotations),
         # Hardened after the merge, so whatever the template adds (sidecars, init containers) is covered too.
-        "spec": harden_pod_spec(merge_pod_spec(pod_spec, spec.template.spec)),
+        "spec": harden_pod_spec(_main_as_literals(merge_pod_spec(pod_spec, spec.template.spec))),
     }
+
+
+def _main_as_literals(pod_spec: dict[str, Any]) -> dict[str, Any]:
+    """The main container's command and env values as kubelet literals, after the template's env was appended.
+
+    Defence in depth for CRs stored before `tenant_rules` refused `$(` there: the operator's own parts of that
+    command and env hold no `$(` (its env refers to values through `valueFrom`), so escaping the whole container
+    escapes exactly what the CR wrote (model.path, servedName, revision, engine.args, engine.env, model.cache's
+    mountPath as HF_HOME, the template's env for this container). Sidecars keep theirs: the kubelet expands their
+    strings with their own env, which holds only what the tenant wrote there."""
+
+    def literal(container: dict[str, Any]) -> dict[str, Any]:
+        if container.get("name") != CONTAINER_NAME:
+            return container
+        env = [{**var, "value": kubelet_literal(var["value"])} if "value" in var else var for var in container["env"]]
+        return {**container, "command": [kubelet_literal(part) for part in container["command"]], "env": env}
+
+    return {**pod_spec, "containers": [literal(container) for container in pod_spec["containers"]]}
 
 
 def replica_pods(
