@@ -17,6 +17,7 @@ as the original string, which is what the port returns for anything it does not 
 import math
 import re
 from string import ascii_letters
+from typing import Any
 
 import yaml
 
@@ -172,7 +173,7 @@ def _represent_str(dumper: yaml.SafeDumper, data: str) -> yaml.ScalarNode:
 def kubectl_dumper(base: type[yaml.SafeDumper]) -> type[yaml.SafeDumper]:
     """`base` (a safe dumper, libyaml's or PyYAML's) writing YAML that kubectl and `validate` read alike: what
     `render` prints is piped into `kubectl apply -f -`."""
-    representers = {**base.yaml_representers, str: _represent_str}
+    representers: dict[Any, Any] = {**base.yaml_representers, str: _represent_str}
     return type("KubectlDumper", (base,), {"yaml_representers": representers})
 
 
