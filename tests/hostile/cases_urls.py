@@ -83,7 +83,8 @@ CASES: list[Hostile] = [
       ]),
     # the operator's settings (settings.parse_base_url), under ALLOWED_URLS: the POLICY cases below
     *(Hostile(f"prometheus-url-under-prefix-{i}", cr({"autoscaling": {"prometheusURL": url}}),
-              "spec.autoscaling.prometheusURL", "is not a Prometheus the operator allows", POLICY, why)
+              "spec.autoscaling.prometheusURL", "is not a Prometheus the operator allows", POLICY, why,
+              allowed_prometheus_urls=ALLOWED_URLS)
       for i, (url, allowed, why) in enumerate(URLS)
       if not allowed and url.startswith("http") and not any(c in url for c in "?#@\\")),  # else the schema refuses
     *(Hostile(f"host-path-under-allowed-{i}",

@@ -20,6 +20,7 @@ from dataclasses import dataclass
 from .cases_http import CASES as HTTP_CASES
 from .cases_kubelet import CASES as KUBELET_CASES
 from .cases_pod import CASES as POD_CASES
+from .cases_urls import CASES as URL_CASES
 from .model import (
     API_VERSION,
     KIND,
@@ -438,7 +439,7 @@ CASES: list[Hostile] = [
 ]
 # fmt: on
 
-CASES += [*HTTP_CASES, *KUBELET_CASES, *POD_CASES]
+CASES += [*HTTP_CASES, *KUBELET_CASES, *POD_CASES, *URL_CASES]
 """Round two (issue 29): each class in a module of its own."""
 
 

@@ -33,6 +33,8 @@ class Hostile:
     """What a tenant gets if it were accepted (issue 16's item where there is one)."""
     allowed_host_paths: tuple[str, ...] = ()
     """The operator's setting the case is checked under (validate --allow-host-path); none by default."""
+    allowed_prometheus_urls: tuple[str, ...] = ()
+    """The same for a CR's own Prometheus (validate --allow-prometheus-url)."""
     admission: str | None = None
     """Where the API server refuses the request before validating fields (no JSON, a namespace other than the
     request's, a name of the wrong type), a fragment of what it says instead of the field."""

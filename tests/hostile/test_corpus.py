@@ -46,7 +46,8 @@ def _doc_with(spec_text: str) -> bytes:
 
 
 def _policy_args(case: Hostile) -> list[str]:
-    return [arg for path in case.allowed_host_paths for arg in ("--allow-host-path", path)]
+    paths = [arg for path in case.allowed_host_paths for arg in ("--allow-host-path", path)]
+    return paths + [arg for url in case.allowed_prometheus_urls for arg in ("--allow-prometheus-url", url)]
 
 
 def test_the_corpus_is_large_and_distinct() -> None:
@@ -91,7 +92,10 @@ def test_policy_cases_pass_the_schema_and_fail_the_operators_settings(case: Host
     (`check_pod_policy`: Ready=False, PolicyViolation; a CR's own Prometheus: no request sent)."""
     spec, errors = parse_spec(case.doc["spec"], strict=True)
     assert spec is not None, errors
-    settings = OperatorSettings(pod_policy=PodPolicy(allowed_host_paths=("/models",)))
+    settings = OperatorSettings(
+        pod_policy=PodPolicy(allowed_host_paths=case.allowed_host_paths or ("/models",)),
+        allowed_prometheus_urls=case.allowed_prometheus_urls,
+    )
     if case.field == "spec.model.cache.hostPath":
         assert [e.field for e in check_pod_policy(spec, settings.pod_policy)] == [case.field]
     else:
