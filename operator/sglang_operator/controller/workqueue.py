@@ -3,7 +3,8 @@
 Each SGLangDeployment's loops are coroutines (they hold no thread while they wait); a pass itself is blocking I/O
 (the kubernetes client; HTTP calls to routers, workers and Prometheus wait on `httpcall`'s one loop) and runs in
 this pool, so the number of threads is fixed by `SGLANG_OPERATOR_WORKERS`, whatever the number of CRs. Passes beyond
-the pool's size wait in its queue; how many wait and for how long are the metrics `sglang_operator_workqueue_depth` and `..._wait_seconds`.
+the pool's size wait in its queue; how many wait and for how long are the metrics `sglang_operator_workqueue_depth`
+and `..._wait_seconds`.
 """
 
 import asyncio
