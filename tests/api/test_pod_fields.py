@@ -22,6 +22,7 @@ import pytest
 
 from localcluster.nodeagent.envvars import PodFacts, container_env
 from sglang_operator.api.constants import ANNOTATION_DRAINING, ANNOTATION_SPEC_HASH, ANNOTATION_WARM
+from sglang_operator.api.crdgen import render_crd_yaml
 from sglang_operator.api.limits import OPERATOR_ANNOTATION_BYTES, POD_ANNOTATION_BYTES, TEMPLATE_ANNOTATION_BYTES
 from sglang_operator.api.pod_rules import SIDECAR_RESOURCES, quantity
 from sglang_operator.api.podtemplate import DIVISORS, ENV_NAME
@@ -384,3 +385,20 @@ def test_divisors_are_those_kubernetes_allows_for_the_resource(divisor: str, res
     env = [{"name": "X", "valueFrom": {"resourceFieldRef": {"resource": resource, "divisor": divisor}}}]
     assert (_errors({"model": {"path": "m"}, "engine": {"env": env}}) == []) == (divisor in allowed)
     assert set(DIVISORS) == _K8S_CPU_DIVISORS | _K8S_MEMORY_DIVISORS
+
+
+def test_a_projected_source_gives_each_path_once() -> None:
+    """Kubernetes' validateProjectionSources refuses a path twice ("conflicting duplicate paths"); within one
+    source's items the CRD refuses it too (a list keyed by path). Across sources it is not checked at admission."""
+
+    def volume(*items: tuple[str, str]) -> dict[str, Any]:
+        source = {"secret": {"name": "s", "items": [{"key": k, "path": p} for k, p in items]}}
+        return {"model": {"path": "m"}, "template": {"spec": {"volumes": [
+            {"name": "v", "projected": {"sources": [source]}}]}}}  # fmt: skip
+
+    assert _errors(volume(("a", "f"), ("b", "g"))) == []
+    assert [f for f, _ in _errors(volume(("a", "f"), ("b", "f")))] == [
+        "spec.template.spec.volumes[0].projected.sources[0].secret.items"
+    ]
+    crd = render_crd_yaml()
+    assert crd.count("x-kubernetes-list-map-keys:") == crd.count("x-kubernetes-list-type: map") == 6

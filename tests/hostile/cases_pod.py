@@ -32,6 +32,7 @@ _VALUES = "needs values for In and NotIn, none for Exists and DoesNotExist, and 
 _OVER_LIMIT = "each request must be at most its limit"
 _MAIN_LIMIT = "entry's resources, with resources.cpu and resources.memory"
 _DIVISOR = "divisor must be 1m or 1 for cpu"
+_DUPLICATE = "Duplicate value"
 _TOL = "spec.template.spec.tolerations"
 _AFF = "spec.template.spec.affinity"
 _NODE_TERM = f"{_AFF}.nodeAffinity.requiredDuringSchedulingIgnoredDuringExecution.nodeSelectorTerms[0]"
@@ -466,5 +467,26 @@ CASES: list[Hostile] = [
     Hostile("env-divisor-not-canonical", cr(sidecar(env=_resource_env("limits.cpu", "1000m"))),
             f"{_C0}.env[0].valueFrom.resourceFieldRef.divisor", _SUPPORTED, SCHEMA,
             "accepted by the API server as 1, refused here: divisors are written as Kubernetes writes them"),
+
+    # --- a projected source giving one path twice (the API server's "conflicting duplicate paths") ---
+    Hostile("projected-secret-path-twice",
+            cr(_volume(projected={"sources": [{"secret": {"name": "s", "items": [*_items("a", "f"),
+                                                                                 *_items("b", "f")]}}]})),
+            f"{_V0}.projected.sources[0].secret.items", _DUPLICATE, SCHEMA, "every pod refused: path f twice"),
+    Hostile("projected-configmap-path-twice",
+            cr(_volume(projected={"sources": [{"configMap": {"name": "c", "items": [*_items("a", "x/y"),
+                                                                                    *_items("a", "x/y")]}}]})),
+            f"{_V0}.projected.sources[0].configMap.items", _DUPLICATE, SCHEMA,
+            "every pod refused: the same item twice"),
+    Hostile("projected-downward-path-twice",
+            cr(_volume(projected={"sources": [{"downwardAPI": {"items": [
+                {"path": "n", "fieldRef": {"fieldPath": "metadata.name"}},
+                {"path": "n", "fieldRef": {"fieldPath": "metadata.namespace"}}]}}]})),
+            f"{_V0}.projected.sources[0].downwardAPI.items", _DUPLICATE, SCHEMA, "every pod refused: path n twice"),
+    Hostile("group-projected-secret-path-twice",
+            cr(_group(_volume(projected={"sources": [{"secret": {"name": "s", "items": [
+                *_items("a", "f"), *_items("b", "f")]}}]})["template"])),
+            "spec.workerGroups[0].template.spec.volumes[0].projected.sources[0].secret.items", _DUPLICATE, SCHEMA,
+            "the group's pods refused: path f twice"),
 ]
 # fmt: on

@@ -13,6 +13,11 @@ would take accelerators outside that budget. Which extended resources a cluster 
 its device plugins, not to the operator, so a sidecar gets none: a helper process needs no device. (The fleet's own
 GPU resource is refused by name in `tenant_rules` as well; a sidecar asking for it gets both errors.)
 
+A path given twice by one projected source's items is refused by the schema (a list keyed by path, `podtypes`); the
+same path from two sources of one volume is not refused at admission: every pairwise CEL check over 32 volumes of 16
+sources of up to 160 items each is estimated far above the API server's per-rule cost limit, and the list functions
+that would make it linear (`distinct`, `flatten`) need Kubernetes 1.34's CEL while the chart supports 1.30.
+
 Each rule reads as few fields as it can (the template alone where possible): a worker group's template replaces the
 fleet's, so every rule is checked once more per group, and the API server bounds the estimated cost of each.
 """
