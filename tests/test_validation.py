@@ -299,6 +299,57 @@ CASES: list[tuple[str, str, dict[str, Any], dict[str, Any]]] = [
     ("spec.template.spec.volumes", "each projected source",
      {"template": {"spec": {"volumes": [{"name": "p", "projected": {"sources": [{}]}}]}}},
      {"template": {"spec": {"volumes": [{"name": "p", "projected": {"sources": [{"secret": {"name": "s"}}]}}]}}}),
+    ("spec.template.spec.tolerations", "operator Exists must not have a value",
+     {"template": {"spec": {"tolerations": [{"key": "k", "operator": "Exists", "value": "v"}]}}},
+     {"template": {"spec": {"tolerations": [{"key": "k", "operator": "Exists"}]}}}),
+    ("spec.template.spec.tolerations", "without a key must have operator Exists",
+     {"template": {"spec": {"tolerations": [{"operator": "Equal", "value": "v"}]}}},
+     {"template": {"spec": {"tolerations": [{"operator": "Exists"}]}}}),
+    ("spec.template.spec.tolerations", "tolerationSeconds must have effect NoExecute",
+     {"template": {"spec": {"tolerations": [{"key": "k", "effect": "NoSchedule", "tolerationSeconds": 5}]}}},
+     {"template": {"spec": {"tolerations": [{"key": "k", "effect": "NoExecute", "tolerationSeconds": 5}]}}}),
+    ("spec.template.spec.affinity", "needs values for In and NotIn",
+     {"template": {"spec": {"affinity": {"nodeAffinity": {"requiredDuringSchedulingIgnoredDuringExecution": {
+         "nodeSelectorTerms": [{"matchExpressions": [{"key": "k", "operator": "In"}]}]}}}}}},
+     {"template": {"spec": {"affinity": {"nodeAffinity": {"requiredDuringSchedulingIgnoredDuringExecution": {
+         "nodeSelectorTerms": [{"matchExpressions": [{"key": "k", "operator": "In", "values": ["a"]}]}]}}}}}}),
+    ("spec.template.spec.topologySpreadConstraints", "needs values for In and NotIn",
+     {"template": {"spec": {"topologySpreadConstraints": [{"maxSkew": 1, "topologyKey": "z",
+      "whenUnsatisfiable": "DoNotSchedule", "labelSelector": {"matchExpressions": [
+          {"key": "k", "operator": "Exists", "values": ["a"]}]}}]}}},
+     {"template": {"spec": {"topologySpreadConstraints": [{"maxSkew": 1, "topologyKey": "z",
+      "whenUnsatisfiable": "DoNotSchedule", "labelSelector": {"matchExpressions": [
+          {"key": "k", "operator": "Exists"}]}}]}}}),
+    ("spec.template.spec.containers", "in each sidecar's resources",
+     {"template": {"spec": {"containers": [{"name": "h", "image": "b",
+                                            "resources": {"requests": {"cpu": "2"}, "limits": {"cpu": "1"}}}]}}},
+     {"template": {"spec": {"containers": [{"name": "h", "image": "b",
+                                            "resources": {"requests": {"cpu": "1"}, "limits": {"cpu": "2"}}}]}}}),
+    ("spec.template.spec.initContainers", "in each init container's resources",
+     {"template": {"spec": {"initContainers": [{"name": "i", "image": "b",
+      "resources": {"requests": {"memory": "2Gi"}, "limits": {"memory": "1Gi"}}}]}}},
+     {"template": {"spec": {"initContainers": [{"name": "i", "image": "b",
+      "resources": {"requests": {"memory": "1Gi"}, "limits": {"memory": "1Gi"}}}]}}}),
+    ("spec.template.spec.containers", "with resources.cpu and resources.memory",
+     {"resources": {"cpu": "8"}, "template": {"spec": {"containers": [
+         {"name": "sglang", "resources": {"requests": {"cpu": "16"}}}]}}},
+     {"resources": {"cpu": "8"}, "template": {"spec": {"containers": [
+         {"name": "sglang", "resources": {"requests": {"cpu": "4"}}}]}}}),
+    ("spec.engine.env", "divisor must be 1m or 1 for cpu",
+     {"engine": {"env": [{"name": "A", "valueFrom": {"resourceFieldRef": {
+         "resource": "limits.cpu", "divisor": "1Mi"}}}]}},
+     {"engine": {"env": [{"name": "A", "valueFrom": {"resourceFieldRef": {
+         "resource": "limits.cpu", "divisor": "1m"}}}]}}),
+    ("spec.template.spec.containers", "divisor must be 1m or 1 for cpu",
+     {"template": {"spec": {"containers": [{"name": "sglang", "env": [
+         {"name": "A", "valueFrom": {"resourceFieldRef": {"resource": "limits.memory", "divisor": "1m"}}}]}]}}},
+     {"template": {"spec": {"containers": [{"name": "sglang", "env": [
+         {"name": "A", "valueFrom": {"resourceFieldRef": {"resource": "limits.memory", "divisor": "1Mi"}}}]}]}}}),
+    ("spec.template.spec.initContainers", "divisor must be 1m or 1 for cpu",
+     {"template": {"spec": {"initContainers": [{"name": "i", "image": "b", "env": [
+         {"name": "A", "valueFrom": {"resourceFieldRef": {"resource": "requests.cpu", "divisor": "1k"}}}]}]}}},
+     {"template": {"spec": {"initContainers": [{"name": "i", "image": "b", "env": [
+         {"name": "A", "valueFrom": {"resourceFieldRef": {"resource": "requests.cpu", "divisor": "1"}}}]}]}}}),
 ]  # fmt: skip
 
 

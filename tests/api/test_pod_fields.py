@@ -5,6 +5,8 @@
 - envFrom has Kubernetes' shape; the operator's own env is in `env`, which the kubelet applies after `envFrom`.
 - The operator's annotations fit the share of 256 KiB the template leaves them.
 - Sidecars and init containers get cpu, memory and ephemeral-storage, nothing else.
+- Tolerations, selector requirements, requests over limits and resourceFieldRef divisors are refused where
+  Kubernetes 1.37's pod validation (ported as oracles) refuses them.
 - Every edge-case spec of `edge_specs` is accepted and renders children that pass kubernetes-validate (the e2e twin
   sends them to a real API server).
 """
@@ -20,9 +22,10 @@ import pytest
 
 from localcluster.nodeagent.envvars import PodFacts, container_env
 from sglang_operator.api.constants import ANNOTATION_DRAINING, ANNOTATION_SPEC_HASH, ANNOTATION_WARM
+from sglang_operator.api.crdgen import render_crd_yaml
 from sglang_operator.api.limits import OPERATOR_ANNOTATION_BYTES, POD_ANNOTATION_BYTES, TEMPLATE_ANNOTATION_BYTES
-from sglang_operator.api.pod_rules import SIDECAR_RESOURCES
-from sglang_operator.api.podtemplate import ENV_NAME
+from sglang_operator.api.pod_rules import SIDECAR_RESOURCES, quantity
+from sglang_operator.api.podtemplate import DIVISORS, ENV_NAME
 from sglang_operator.api.podtypes import (
     CONFIG_KEY,
     DESCENDING_PATH,
@@ -249,3 +252,153 @@ def test_edge_specs_are_accepted_and_render_valid_children(name: str) -> None:
     for pod in pods:
         annotations = pod["metadata"].get("annotations", {})
         assert sum(len(k.encode()) + len(v.encode()) for k, v in annotations.items()) <= POD_ANNOTATION_BYTES
+
+
+# -- tolerations, selector requirements, requests over limits, divisors (gap 8, continued) ---------------------------
+
+
+def _k8s_toleration(t: dict[str, Any]) -> bool:
+    """Kubernetes 1.37's ValidateTolerations, for the operators the template types (Exists, Equal, none)."""
+    key, operator, value = t.get("key", ""), t.get("operator", ""), t.get("value", "")
+    if key and not re.fullmatch(r"([a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*/)?"
+                                r"[A-Za-z0-9]([-A-Za-z0-9_.]{0,61}[A-Za-z0-9])?", key):  # fmt: skip
+        return False
+    if not key and operator != "Exists":
+        return False
+    if "tolerationSeconds" in t and t.get("effect") != "NoExecute":
+        return False
+    if operator == "Exists":
+        return not value
+    return re.fullmatch(r"(([A-Za-z0-9][-A-Za-z0-9_.]{0,61})?[A-Za-z0-9])?", value) is not None
+
+
+_TOLERATIONS = [
+    {"key": k, "operator": o, "value": v, "effect": e, **({"tolerationSeconds": 30} if s else {})}
+    for k in ("", "nvidia.com/gpu", "bad key") for o in ("Exists", "Equal") for v in ("", "x", "a b")
+    for e in ("NoSchedule", "NoExecute") for s in (False, True)
+]  # fmt: skip
+
+
+@pytest.mark.parametrize("toleration", _TOLERATIONS, ids=[str(i) for i in range(len(_TOLERATIONS))])
+def test_tolerations_are_refused_exactly_where_kubernetes_refuses_them(toleration: dict[str, Any]) -> None:
+    raw = {"model": {"path": "m"}, "template": {"spec": {"tolerations": [toleration]}}}
+    assert (_errors(raw) == []) == _k8s_toleration(toleration)
+
+
+def _k8s_requirement(operator: str, count: int) -> bool:
+    """ValidateNodeSelectorRequirement (and the label selector's, which has no Gt or Lt)."""
+    return (
+        count > 0
+        if operator in ("In", "NotIn")
+        else count == 0
+        if operator in ("Exists", "DoesNotExist")
+        else count == 1
+    )
+
+
+@pytest.mark.parametrize("operator", ["In", "NotIn", "Exists", "DoesNotExist", "Gt", "Lt"])
+@pytest.mark.parametrize("count", [0, 1, 2])
+def test_selector_requirements_take_the_values_their_operator_takes(operator: str, count: int) -> None:
+    expression = {"key": "example.com/k", "operator": operator, "values": [str(i) for i in range(count)]}
+    node = {"nodeAffinity": {"requiredDuringSchedulingIgnoredDuringExecution": {
+        "nodeSelectorTerms": [{"matchExpressions": [expression]}]}}}  # fmt: skip
+    pod = {"podAntiAffinity": {"preferredDuringSchedulingIgnoredDuringExecution": [{"weight": 1, "podAffinityTerm": {
+        "topologyKey": "zone", "namespaceSelector": {"matchExpressions": [expression]}}}]}}  # fmt: skip
+    assert (_errors({"model": {"path": "m"}, "template": {"spec": {"affinity": node}}}) == []) == _k8s_requirement(
+        operator, count
+    )
+    pod_errors = _errors({"model": {"path": "m"}, "template": {"spec": {"affinity": pod}}})
+    if operator in ("Gt", "Lt"):  # not a label selector operator: the schema's enum refuses it
+        assert [f for f, _ in pod_errors] == [
+            "spec.template.spec.affinity.podAntiAffinity.preferredDuringSchedulingIgnoredDuringExecution[0]"
+            ".podAffinityTerm.namespaceSelector.matchExpressions[0].operator"
+        ]
+    else:
+        assert (pod_errors == []) == _k8s_requirement(operator, count)
+
+
+_QUANTITIES = ["0", "1", "+1", ".5", "1.", "1.5", "100m", "1500m", "2", "1k", "1000", "1Ki", "1024", "1M", "1Mi",
+               "1e3", "1E3", "1e-3", "1G", "1Gi", "2e9", "1T", "1Ti", "3n", "7u", "1P", "1Pi", "1E", "1Ei"]  # fmt: skip
+
+
+@pytest.mark.parametrize("text", _QUANTITIES)
+def test_quantities_read_as_kubernetes_reads_them(text: str) -> None:
+    from kubernetes.utils import parse_quantity  # type: ignore[import-untyped]
+
+    assert quantity(text) == parse_quantity(text)
+
+
+@pytest.mark.parametrize("request_", ["500m", "1", "1500m", "2"])
+@pytest.mark.parametrize("limit", ["1", "1000m", "1.5"])
+@pytest.mark.parametrize("where", ["containers", "initContainers"])
+def test_sidecar_requests_are_at_most_their_limits(request_: str, limit: str, where: str) -> None:
+    container = {"name": "helper", "image": "busybox:1.36", "resources": {"requests": {"cpu": request_},
+                                                                         "limits": {"cpu": limit}}}  # fmt: skip
+    errors = _errors({"model": {"path": "m"}, "template": {"spec": {where: [container]}}})
+    assert (errors == []) == (quantity(request_) <= quantity(limit))
+
+
+@pytest.mark.parametrize(
+    ("resources", "main", "accepted"),
+    [
+        ({"cpu": "8"}, {"requests": {"cpu": "4"}}, True),
+        ({"cpu": "8"}, {"requests": {"cpu": "8000m"}}, True),
+        ({"cpu": "8"}, {"requests": {"cpu": "16"}}, False),
+        ({"cpu": "8"}, {"limits": {"cpu": "16"}}, True),
+        ({"cpu": "8"}, {"limits": {"cpu": "4"}}, False),
+        ({"memory": "64Gi"}, {"limits": {"memory": "32Gi"}}, False),
+        ({"memory": "64Gi"}, {"requests": {"memory": "32Gi"}, "limits": {"memory": "32Gi"}}, True),
+        ({}, {"requests": {"cpu": "16"}}, True),
+        ({}, {"limits": {"rdma/ib": "1"}}, True),
+        ({}, {"requests": {"rdma/ib": "1"}}, False),
+        ({}, {"requests": {"rdma/ib": "1"}, "limits": {"rdma/ib": "1"}}, True),
+        ({}, {"requests": {"rdma/ib": "1"}, "limits": {"rdma/ib": "2"}}, False),
+        ({}, {"limits": {"rdma/ib": "500m"}}, False),
+        ({}, {"requests": {"hugepages-2Mi": "1Gi"}}, False),
+        ({}, {"requests": {"hugepages-2Mi": "1Gi"}, "limits": {"hugepages-2Mi": "1Gi"}}, True),
+        ({}, {"requests": {"example.kubernetes.io/x": "3"}}, True),
+    ],
+)
+def test_the_main_containers_requests_are_within_its_limits(
+    resources: dict[str, str], main: dict[str, Any], accepted: bool
+) -> None:
+    """As the pod gets them: resources.cpu and resources.memory as request and limit, the template's `sglang`
+    entry replacing either one by one, a missing request defaulted to its limit."""
+    raw = {"model": {"path": "m"}, "resources": resources,
+           "template": {"spec": {"containers": [{"name": "sglang", "resources": main}]}}}  # fmt: skip
+    assert (_errors(raw) == []) == accepted
+    if accepted:
+        pod = worker_pod(_spec(raw), OWNER, "r1", 0, 0)
+        kubernetes_validate.validate(pod, K8S_VERSION, strict=True)
+
+
+_K8S_CPU_DIVISORS = {"1m", "1"}
+_K8S_MEMORY_DIVISORS = {"1", "1k", "1M", "1G", "1T", "1P", "1E", "1Ki", "1Mi", "1Gi", "1Ti", "1Pi", "1Ei"}
+
+
+@pytest.mark.parametrize("divisor", sorted(_K8S_CPU_DIVISORS | _K8S_MEMORY_DIVISORS | {"2", "1000m", "0.5"}))
+@pytest.mark.parametrize("resource", ["limits.cpu", "requests.memory", "limits.ephemeral-storage",
+                                      "requests.hugepages-2Mi"])  # fmt: skip
+def test_divisors_are_those_kubernetes_allows_for_the_resource(divisor: str, resource: str) -> None:
+    """validateContainerResourceDivisor's sets (1.37), written as Kubernetes writes them."""
+    allowed = _K8S_CPU_DIVISORS if resource.endswith(".cpu") else _K8S_MEMORY_DIVISORS
+    env = [{"name": "X", "valueFrom": {"resourceFieldRef": {"resource": resource, "divisor": divisor}}}]
+    assert (_errors({"model": {"path": "m"}, "engine": {"env": env}}) == []) == (divisor in allowed)
+    assert set(DIVISORS) == _K8S_CPU_DIVISORS | _K8S_MEMORY_DIVISORS
+
+
+def test_a_projected_source_gives_each_path_once() -> None:
+    """Kubernetes' validateProjectionSources refuses a path twice ("conflicting duplicate paths"); within one
+    source's items the CRD refuses it too (a list keyed by path). Across sources it is not checked at admission."""
+
+    def volume(*items: tuple[str, str]) -> dict[str, Any]:
+        source = {"secret": {"name": "s", "items": [{"key": k, "path": p} for k, p in items]}}
+        return {"model": {"path": "m"}, "template": {"spec": {"volumes": [
+            {"name": "v", "projected": {"sources": [source]}}]}}}  # fmt: skip
+
+    assert _errors(volume(("a", "f"), ("b", "g"))) == []
+    assert [f for f, _ in _errors(volume(("a", "f"), ("b", "f")))] == [
+        "spec.template.spec.volumes[0].projected.sources[0].secret.items"
+    ]
+    crd = render_crd_yaml()
+    assert crd.count("x-kubernetes-list-map-keys:") == crd.count("x-kubernetes-list-type: map") == 6

@@ -1,5 +1,6 @@
 """Hostile specs, round two (issue 29):
-pod fields the API server refuses (init container names, paths, annotations, envFrom, sidecar accelerators).
+pod fields the API server refuses (init container names, paths, annotations, envFrom, sidecar accelerators,
+tolerations, selector requirements, requests over limits, resourceFieldRef divisors).
 
 Each was accepted by `validate` and the CRD while the API server refused every pod it rendered (gap 8), typed
 wrongly (envFrom, gap 9), or let a sidecar take accelerators outside `maxGPUs` (gap 10). Several variants of each
@@ -23,6 +24,18 @@ _SIDECAR_GPU = "a sidecar may request only cpu, memory, ephemeral-storage"
 _INIT_GPU = "an init container may request only cpu, memory, ephemeral-storage"
 _PROJECTED = "each projected source names exactly one"
 _LABEL_KEY = "prefix a DNS name of at most 253 characters"
+_SUPPORTED = "supported values"
+_EXISTS_VALUE = "operator Exists must not have a value"
+_NO_KEY = "without a key must have operator Exists"
+_SECONDS = "tolerationSeconds must have effect NoExecute"
+_VALUES = "needs values for In and NotIn, none for Exists and DoesNotExist, and exactly one for Gt and Lt"
+_OVER_LIMIT = "each request must be at most its limit"
+_MAIN_LIMIT = "entry's resources, with resources.cpu and resources.memory"
+_DIVISOR = "divisor must be 1m or 1 for cpu"
+_DUPLICATE = "Duplicate value"
+_TOL = "spec.template.spec.tolerations"
+_AFF = "spec.template.spec.affinity"
+_NODE_TERM = f"{_AFF}.nodeAffinity.requiredDuringSchedulingIgnoredDuringExecution.nodeSelectorTerms[0]"
 
 _C0 = "spec.template.spec.containers[0]"
 _V0 = "spec.template.spec.volumes[0]"
@@ -54,6 +67,38 @@ def _env(value_from: dict[str, Any], **extra: Any) -> list[dict[str, Any]]:
 
 def _big_annotations(count: int, char: str = "x") -> dict[str, Any]:
     return {"template": {"metadata": {"annotations": {f"example.com/a{i}": char * 8192 for i in range(count)}}}}
+
+
+def _tolerations(*tolerations: dict[str, Any]) -> dict[str, Any]:
+    return pod_template({"tolerations": list(tolerations)})
+
+
+def _node_term(**term: Any) -> dict[str, Any]:
+    return pod_template({"affinity": {"nodeAffinity": {
+        "requiredDuringSchedulingIgnoredDuringExecution": {"nodeSelectorTerms": [term]}}}})  # fmt: skip
+
+
+def _pod_term(kind: str, **term: Any) -> dict[str, Any]:
+    return pod_template(
+        {
+            "affinity": {
+                kind: {
+                    "requiredDuringSchedulingIgnoredDuringExecution": [
+                        {"topologyKey": "kubernetes.io/hostname", **term}
+                    ]
+                }
+            }
+        }
+    )
+
+
+def _expression(operator: str, *values: str, key: str = "example.com/k") -> dict[str, Any]:
+    expression: dict[str, Any] = {"key": key, "operator": operator}
+    return expression | {"values": list(values)} if values else expression
+
+
+def _resource_env(resource: str, divisor: str) -> list[dict[str, Any]]:
+    return _env({"resourceFieldRef": {"resource": resource, "divisor": divisor}})
 
 
 def _group(template: dict[str, Any]) -> dict[str, Any]:
@@ -300,5 +345,148 @@ CASES: list[Hostile] = [
             "spec.template.spec.volumes", _PROJECTED, SCHEMA, "every pod refused: two kinds in one source"),
     Hostile("projected-source-empty", cr(_volume(projected={"sources": [{}]})),
             "spec.template.spec.volumes", _PROJECTED, SCHEMA, "every pod refused: a source with no kind"),
+
+    # --- tolerations the API server refuses ---
+    Hostile("toleration-exists-with-value", cr(_tolerations({"key": "k", "operator": "Exists", "value": "v"})),
+            _TOL, _EXISTS_VALUE, SCHEMA, "every pod refused: Exists with a value"),
+    Hostile("toleration-no-key-equal", cr(_tolerations({"operator": "Equal", "value": "v"})),
+            _TOL, _NO_KEY, SCHEMA, "every pod refused: an empty key needs Exists"),
+    Hostile("toleration-empty-key-default-operator", cr(_tolerations({"key": "", "effect": "NoSchedule"})),
+            _TOL, _NO_KEY, SCHEMA, "every pod refused: no operator means Equal"),
+    Hostile("toleration-seconds-no-schedule",
+            cr(_tolerations({"key": "k", "operator": "Exists", "effect": "NoSchedule", "tolerationSeconds": 60})),
+            _TOL, _SECONDS, SCHEMA, "every pod refused: tolerationSeconds on NoSchedule"),
+    Hostile("toleration-seconds-no-effect",
+            cr(_tolerations({"key": "k", "operator": "Exists", "tolerationSeconds": 60})),
+            _TOL, _SECONDS, SCHEMA, "every pod refused: tolerationSeconds on every effect"),
+    Hostile("toleration-operator-gt", cr(_tolerations({"key": "k", "operator": "Gt", "value": "5"})),
+            f"{_TOL}[0].operator", _SUPPORTED, SCHEMA, "refused where the comparison operators are gated off"),
+    Hostile("toleration-value-not-label-value", cr(_tolerations({"key": "k", "operator": "Equal", "value": "a b"})),
+            f"{_TOL}[0].value", _PATTERN, SCHEMA, "every pod refused: not a label value"),
+    Hostile("toleration-key-not-label-key", cr(_tolerations({"key": "bad key", "operator": "Exists"})),
+            f"{_TOL}[0].key", _PATTERN, SCHEMA, "every pod refused: not a label key"),
+    Hostile("group-toleration-exists-with-value",
+            cr(_group(_tolerations({"key": "k", "operator": "Exists", "value": "v"})["template"])),
+            "spec.workerGroups", _EXISTS_VALUE, SCHEMA, "the group's pods refused: Exists with a value"),
+
+    # --- selector requirements with the wrong number of values, and fields pods cannot select on ---
+    Hostile("node-affinity-in-without-values", cr(_node_term(matchExpressions=[_expression("In")])),
+            _AFF, _VALUES, SCHEMA, "every pod refused: In with no values"),
+    Hostile("node-affinity-exists-with-values", cr(_node_term(matchExpressions=[_expression("Exists", "a")])),
+            _AFF, _VALUES, SCHEMA, "every pod refused: Exists with values"),
+    Hostile("node-affinity-gt-two-values", cr(_node_term(matchExpressions=[_expression("Gt", "1", "2")])),
+            _AFF, _VALUES, SCHEMA, "every pod refused: Gt with two values"),
+    Hostile("preferred-node-affinity-notin-empty",
+            cr(pod_template({"affinity": {"nodeAffinity": {"preferredDuringSchedulingIgnoredDuringExecution": [
+                {"weight": 1, "preference": {"matchExpressions": [_expression("NotIn")]}}]}}})),
+            _AFF, _VALUES, SCHEMA, "every pod refused: NotIn with no values"),
+    Hostile("pod-affinity-in-without-values",
+            cr(_pod_term("podAffinity", labelSelector={"matchExpressions": [_expression("In")]})),
+            _AFF, _VALUES, SCHEMA, "every pod refused: In with no values"),
+    Hostile("pod-anti-affinity-namespace-exists-with-values",
+            cr(_pod_term("podAntiAffinity",
+                         namespaceSelector={"matchExpressions": [_expression("DoesNotExist", "x")]})),
+            _AFF, _VALUES, SCHEMA, "every pod refused: DoesNotExist with values"),
+    Hostile("pod-affinity-label-selector-gt",
+            cr(_pod_term("podAffinity", labelSelector={"matchExpressions": [_expression("Gt", "1")]})),
+            f"{_AFF}.podAffinity.requiredDuringSchedulingIgnoredDuringExecution[0].labelSelector.matchExpressions[0]"
+            ".operator", _SUPPORTED, SCHEMA, "every pod refused: Gt is a node selector operator only"),
+    Hostile("node-affinity-value-not-label-value",
+            cr(_node_term(matchExpressions=[_expression("In", "a b")])),
+            f"{_NODE_TERM}.matchExpressions[0].values[0]", _PATTERN, SCHEMA, "every pod refused: not a label value"),
+    Hostile("match-fields-label-key",
+            cr(_node_term(matchFields=[_expression("In", "node-1", key="metadata.labels")])),
+            f"{_NODE_TERM}.matchFields[0].key", _SUPPORTED, SCHEMA,
+            "every pod refused: metadata.name is the only node field"),
+    Hostile("match-fields-two-values",
+            cr(_node_term(matchFields=[_expression("In", "node-1", "node-2", key="metadata.name")])),
+            f"{_NODE_TERM}.matchFields[0].values", "at most 1 item", SCHEMA,
+            "every pod refused: one node name per field requirement"),
+    Hostile("match-fields-exists", cr(_node_term(matchFields=[_expression("Exists", key="metadata.name")])),
+            f"{_NODE_TERM}.matchFields[0].operator", _SUPPORTED, SCHEMA, "every pod refused: In or NotIn only"),
+    Hostile("node-selector-value-not-label-value", cr(pod_template({"nodeSelector": {"pool": "gpu pool"}})),
+            "spec.template.spec.nodeSelector.pool", _PATTERN, SCHEMA, "every pod refused: not a label value"),
+    Hostile("spread-in-without-values",
+            cr(pod_template({"topologySpreadConstraints": [
+                {"maxSkew": 1, "topologyKey": "zone", "whenUnsatisfiable": "DoNotSchedule",
+                 "labelSelector": {"matchExpressions": [_expression("In")]}}]})),
+            "spec.template.spec.topologySpreadConstraints", _VALUES, SCHEMA, "every pod refused: In with no values"),
+    Hostile("group-node-affinity-in-without-values",
+            cr(_group(_node_term(matchExpressions=[_expression("In")])["template"])),
+            "spec.workerGroups", _VALUES, SCHEMA, "the group's pods refused: In with no values"),
+
+    # --- requests over limits, and extended resources whose request is not their limit ---
+    Hostile("sidecar-cpu-request-over-limit",
+            cr(sidecar(resources={"requests": {"cpu": "2"}, "limits": {"cpu": "1500m"}})),
+            "spec.template.spec.containers", _OVER_LIMIT, SCHEMA, "every pod refused: request over limit"),
+    Hostile("sidecar-memory-request-over-limit",
+            cr(sidecar(resources={"requests": {"memory": "1Gi"}, "limits": {"memory": "1G"}})),
+            "spec.template.spec.containers", _OVER_LIMIT, SCHEMA, "every pod refused: 1Gi is more than 1G"),
+    Hostile("init-storage-request-over-limit",
+            cr(_init(resources={"requests": {"ephemeral-storage": "2e9"}, "limits": {"ephemeral-storage": "1Gi"}})),
+            "spec.template.spec.initContainers", _OVER_LIMIT, SCHEMA, "every pod refused: request over limit"),
+    Hostile("main-cpu-request-over-resources",
+            cr({"resources": {"cpu": "8"}, **main_container(resources={"requests": {"cpu": "16"}})}),
+            "spec.template.spec.containers", _MAIN_LIMIT, SCHEMA,
+            "every pod refused: the template's request over resources.cpu, the limit"),
+    Hostile("main-memory-limit-under-resources",
+            cr({"resources": {"memory": "64Gi"}, **main_container(resources={"limits": {"memory": "32Gi"}})}),
+            "spec.template.spec.containers", _MAIN_LIMIT, SCHEMA,
+            "every pod refused: resources.memory, the request, over the template's limit"),
+    Hostile("main-extended-request-without-limit",
+            cr(main_container(resources={"requests": {"rdma/ib": "1"}})),
+            "spec.template.spec.containers", _MAIN_LIMIT, SCHEMA,
+            "every pod refused: an extended request needs a limit"),
+    Hostile("main-extended-request-below-limit",
+            cr(main_container(resources={"requests": {"rdma/ib": "1"}, "limits": {"rdma/ib": "2"}})),
+            "spec.template.spec.containers", _MAIN_LIMIT, SCHEMA,
+            "every pod refused: an extended request must equal its limit"),
+    Hostile("main-extended-fraction", cr(main_container(resources={"limits": {"rdma/ib": "500m"}})),
+            "spec.template.spec.containers", _MAIN_LIMIT, SCHEMA, "every pod refused: half a device"),
+    Hostile("main-hugepages-request-without-limit",
+            cr(main_container(resources={"requests": {"hugepages-2Mi": "1Gi"}})),
+            "spec.template.spec.containers", _MAIN_LIMIT, SCHEMA, "every pod refused: hugepages need a limit"),
+    Hostile("group-main-cpu-request-over-resources",
+            cr({"resources": {"cpu": "8"},
+                **_group(main_container(resources={"requests": {"cpu": "64"}})["template"])}),
+            "spec.workerGroups", _MAIN_LIMIT, SCHEMA, "the group's pods refused: request over resources.cpu"),
+
+    # --- resourceFieldRef divisors the API server refuses ---
+    Hostile("env-cpu-divisor-mebibyte", cr(sidecar(env=_resource_env("limits.cpu", "1Mi"))),
+            "spec.template.spec.containers", _DIVISOR, SCHEMA, "every pod refused: a memory divisor for cpu"),
+    Hostile("env-memory-divisor-milli", cr(main_container(env=_resource_env("requests.memory", "1m"))),
+            "spec.template.spec.containers", _DIVISOR, SCHEMA, "every pod refused: a cpu divisor for memory"),
+    Hostile("engine-env-storage-divisor-milli",
+            cr({"engine": {"env": _resource_env("limits.ephemeral-storage", "1m")}}),
+            "spec.engine.env", _DIVISOR, SCHEMA, "every pod refused: a cpu divisor for storage"),
+    Hostile("init-env-cpu-divisor-kilo", cr(_init(env=_resource_env("requests.cpu", "1k"))),
+            "spec.template.spec.initContainers", _DIVISOR, SCHEMA, "every pod refused: 1k is not a cpu divisor"),
+    Hostile("env-divisor-two", cr(sidecar(env=_resource_env("limits.memory", "2"))),
+            f"{_C0}.env[0].valueFrom.resourceFieldRef.divisor", _SUPPORTED, SCHEMA,
+            "every pod refused: not a power of the unit"),
+    Hostile("env-divisor-not-canonical", cr(sidecar(env=_resource_env("limits.cpu", "1000m"))),
+            f"{_C0}.env[0].valueFrom.resourceFieldRef.divisor", _SUPPORTED, SCHEMA,
+            "accepted by the API server as 1, refused here: divisors are written as Kubernetes writes them"),
+
+    # --- a projected source giving one path twice (the API server's "conflicting duplicate paths") ---
+    Hostile("projected-secret-path-twice",
+            cr(_volume(projected={"sources": [{"secret": {"name": "s", "items": [*_items("a", "f"),
+                                                                                 *_items("b", "f")]}}]})),
+            f"{_V0}.projected.sources[0].secret.items", _DUPLICATE, SCHEMA, "every pod refused: path f twice"),
+    Hostile("projected-configmap-path-twice",
+            cr(_volume(projected={"sources": [{"configMap": {"name": "c", "items": [*_items("a", "x/y"),
+                                                                                    *_items("a", "x/y")]}}]})),
+            f"{_V0}.projected.sources[0].configMap.items", _DUPLICATE, SCHEMA,
+            "every pod refused: the same item twice"),
+    Hostile("projected-downward-path-twice",
+            cr(_volume(projected={"sources": [{"downwardAPI": {"items": [
+                {"path": "n", "fieldRef": {"fieldPath": "metadata.name"}},
+                {"path": "n", "fieldRef": {"fieldPath": "metadata.namespace"}}]}}]})),
+            f"{_V0}.projected.sources[0].downwardAPI.items", _DUPLICATE, SCHEMA, "every pod refused: path n twice"),
+    Hostile("group-projected-secret-path-twice",
+            cr(_group(_volume(projected={"sources": [{"secret": {"name": "s", "items": [
+                *_items("a", "f"), *_items("b", "f")]}}]})["template"])),
+            "spec.workerGroups[0].template.spec.volumes[0].projected.sources[0].secret.items", _DUPLICATE, SCHEMA,
+            "the group's pods refused: path f twice"),
 ]
 # fmt: on

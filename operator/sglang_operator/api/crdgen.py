@@ -5,6 +5,7 @@ differs from what this module produces, so the models stay the one source of the
 """
 
 import argparse
+import copy
 import types
 import typing
 from pathlib import Path
@@ -102,6 +103,8 @@ def _constrain(schema: dict[str, Any], metadata: list[Any]) -> None:
 def _field_schema(field: FieldInfo) -> dict[str, Any]:
     schema = _type_schema(field.annotation)
     _constrain(schema, field.metadata)
+    if isinstance(field.json_schema_extra, dict):  # Kubernetes' own keywords (list types) pass through
+        schema |= {k: copy.deepcopy(v) for k, v in field.json_schema_extra.items() if k.startswith("x-kubernetes-")}
     if field.description:
         schema["description"] = field.description
     if not field.is_required():

@@ -9,7 +9,7 @@ API server (strict field validation) refuse it, and at run time the operator nev
 the operator's settings, never tenants in a CR.
 """
 
-from typing import Annotated, Literal
+from typing import Annotated, Literal, get_args
 
 from pydantic import Field
 
@@ -20,12 +20,14 @@ from .podtypes import (
     DNS_LABEL,
     DNS_SUBDOMAIN,
     ENV_FIELD_PATH,
+    LABEL_VALUE,
     QUALIFIED_NAME,
     Affinity,
     ConfigKey,
     ConfigMapVolumeSource,
     DownwardAPIVolumeSource,
     EmptyDirVolumeSource,
+    LabelValue,
     ObjectName,
     PersistentVolumeClaimVolumeSource,
     ProjectedDownwardAPI,
@@ -63,10 +65,17 @@ class ObjectFieldSelector(SpecModel):
     api_version: Literal["v1"] | None = None
 
 
+Divisor = Literal["1m", "1", "1k", "1M", "1G", "1T", "1P", "1E", "1Ki", "1Mi", "1Gi", "1Ti", "1Pi", "1Ei"]
+"""The divisors a resourceFieldRef may give, as Kubernetes writes them (`validateContainerResourceDivisor` compares
+the canonical form): 1m and 1 for cpu, every other for memory, ephemeral-storage and hugepages (`pod_rules`)."""
+DIVISORS: tuple[str, ...] = get_args(Divisor)
+CPU_DIVISORS = ("1m", "1")
+
+
 class ResourceFieldSelector(SpecModel):
     resource: str = Field(min_length=1, max_length=253, pattern=CONTAINER_RESOURCE)
     container_name: str | None = Field(default=None, max_length=63)
-    divisor: Quantity | None = None
+    divisor: Divisor | None = None
 
 
 class EnvVarSource(SpecModel):
@@ -172,9 +181,12 @@ class Volume(SpecModel):
 
 
 class Toleration(SpecModel):
-    key: str | None = Field(default=None, max_length=316)
+    """Kubernetes' toleration, in the forms pods accept (`pod_rules`: Exists takes no value, an empty key needs
+    Exists, tolerationSeconds needs NoExecute). No Gt or Lt: they need a feature gate a cluster may not have."""
+
+    key: str | None = Field(default=None, max_length=253, pattern=f"^({QUALIFIED_NAME})?$")
     operator: Literal["Exists", "Equal"] | None = None
-    value: str | None = Field(default=None, max_length=63)
+    value: LabelValue | None = None
     effect: Literal["NoSchedule", "PreferNoSchedule", "NoExecute"] | None = None
     toleration_seconds: int | None = Field(default=None, ge=0, le=31536000)
 
@@ -183,7 +195,7 @@ class PodSpecOverrides(SpecModel):
     """Placement and safe additions merged into every worker pod: maps and scalars replace the rendered value,
     `containers`, `initContainers` and `volumes` merge by name."""
 
-    node_selector: dict[str, Annotated[str, Field(max_length=63)]] | None = Field(default=None, max_length=64)
+    node_selector: dict[str, LabelValue] | None = Field(default=None, max_length=64)
     affinity: Affinity | None = None
     tolerations: list[Toleration] | None = Field(default=None, max_length=64)
     topology_spread_constraints: list[TopologySpreadConstraint] | None = Field(default=None, max_length=16)
@@ -197,7 +209,6 @@ class PodSpecOverrides(SpecModel):
 
 
 LABEL_KEY = f"^{QUALIFIED_NAME}$"
-LABEL_VALUE = r"^(([A-Za-z0-9][-A-Za-z0-9_.]{0,61})?[A-Za-z0-9])?$"
 
 
 class ObjectMetaOverrides(SpecModel):

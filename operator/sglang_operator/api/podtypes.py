@@ -6,9 +6,10 @@ are Kubernetes' own (names, shapes); only what a tenant needs for placement and 
 ConfigMaps is here.
 """
 
-from typing import Annotated, Literal
+from typing import Annotated, Literal, TypeVar
 
-from pydantic import Field
+from pydantic import Field, field_validator
+from pydantic.config import JsonDict
 
 from .base import SpecModel
 
@@ -45,7 +46,15 @@ VOLUME_FIELD_PATH = rf"^(metadata\.(name|namespace|uid|labels|annotations)|{_SUB
 CONTAINER_RESOURCE = r"^(limits|requests)\.(cpu|memory|ephemeral-storage|hugepages-[-._a-zA-Z0-9]*)$"
 """What a resourceFieldRef may read (`validContainerResourceFieldPathExpressions` and the hugepages prefixes)."""
 
+LABEL_VALUE = r"^(([A-Za-z0-9][-A-Za-z0-9_.]{0,61})?[A-Za-z0-9])?$"
+"""A label value (apimachinery's `IsValidLabelValue`): what a selector's values, a nodeSelector's values and an
+`Equal` toleration's value must be, or the API server refuses the pod."""
+
 ObjectName = Annotated[str, Field(min_length=1, max_length=253, pattern=DNS_SUBDOMAIN)]
+LabelValue = Annotated[str, Field(max_length=63, pattern=LABEL_VALUE)]
+LabelName = Annotated[str, Field(min_length=1, max_length=253, pattern=f"^{QUALIFIED_NAME}$")]
+"""A label key of a selector requirement or a toleration (`ValidateLabelName`). At most 253 characters in all, so
+its prefix is a DNS subdomain of at most 253 characters whatever the pattern lets it hold."""
 Quantity = Annotated[str, Field(min_length=1, max_length=64, pattern=QUANTITY)]
 Short = Annotated[str, Field(max_length=316)]
 FileMode = Annotated[int, Field(ge=0, le=511)]
@@ -53,21 +62,39 @@ ConfigKey = Annotated[str, Field(min_length=1, max_length=253, pattern=CONFIG_KE
 
 
 class Requirement(SpecModel):
-    """A label or node-field selector requirement."""
+    """A node selector requirement: a node label's key, values that are label values, and how many values its
+    operator takes (`pod_rules`: some for In and NotIn, none for Exists and DoesNotExist, one for Gt and Lt)."""
 
-    key: Short = Field(min_length=1)
+    key: LabelName
     operator: Literal["In", "NotIn", "Exists", "DoesNotExist", "Gt", "Lt"]
-    values: list[Annotated[str, Field(max_length=63)]] | None = Field(default=None, max_length=64)
+    values: list[LabelValue] | None = Field(default=None, max_length=64)
+
+
+class LabelRequirement(SpecModel):
+    """A label selector requirement (pods, namespaces): no Gt or Lt, which only node selectors have."""
+
+    key: LabelName
+    operator: Literal["In", "NotIn", "Exists", "DoesNotExist"]
+    values: list[LabelValue] | None = Field(default=None, max_length=64)
+
+
+class FieldRequirement(SpecModel):
+    """A node field selector requirement: `metadata.name` is the one node field a pod may select on, with In or
+    NotIn and exactly one node name (Kubernetes' `ValidateNodeFieldSelectorRequirement`)."""
+
+    key: Literal["metadata.name"]
+    operator: Literal["In", "NotIn"]
+    values: list[ObjectName] = Field(min_length=1, max_length=1)
 
 
 class LabelSelector(SpecModel):
-    match_labels: dict[str, Annotated[str, Field(max_length=63)]] | None = Field(default=None, max_length=32)
-    match_expressions: list[Requirement] | None = Field(default=None, max_length=16)
+    match_labels: dict[str, LabelValue] | None = Field(default=None, max_length=32)
+    match_expressions: list[LabelRequirement] | None = Field(default=None, max_length=16)
 
 
 class NodeSelectorTerm(SpecModel):
     match_expressions: list[Requirement] | None = Field(default=None, max_length=16)
-    match_fields: list[Requirement] | None = Field(default=None, max_length=16)
+    match_fields: list[FieldRequirement] | None = Field(default=None, max_length=16)
 
 
 class NodeSelector(SpecModel):
@@ -176,13 +203,40 @@ class DownwardAPIVolumeSource(SpecModel):
     default_mode: FileMode | None = None
 
 
+PATH_KEYED: JsonDict = {"x-kubernetes-list-type": "map", "x-kubernetes-list-map-keys": ["path"]}
+"""A list of projected files in the CRD: the API server refuses a path twice in one list, at no CEL cost."""
+
+
+_Projected = TypeVar("_Projected", KeyToPath, DownwardAPIFile)
+
+
+def unique_paths(items: list[_Projected] | None) -> list[_Projected] | None:
+    """`PATH_KEYED`'s twin: a projected volume's files are one directory, and the API server refuses the pod whose
+    projected sources give a path twice ("conflicting duplicate paths")."""
+    paths = [item.path for item in items or []]
+    duplicate = next((path for index, path in enumerate(paths) if path in paths[:index]), None)
+    if duplicate is not None:
+        raise ValueError(f"Duplicate value: path {duplicate!r} twice: a projected volume refuses a path given twice.")
+    return items
+
+
 class ProjectedItems(SpecModel):
     """A Secret or ConfigMap projected into a volume (no service-account token source exists here)."""
 
     name: ObjectName
-    items: list[KeyToPath] | None = Field(default=None, max_length=64)
+    items: list[KeyToPath] | None = Field(default=None, max_length=64, json_schema_extra=PATH_KEYED)
     optional: bool | None = None
+
+    @field_validator("items")
+    @classmethod
+    def _unique_paths(cls, items: list[KeyToPath] | None) -> list[KeyToPath] | None:
+        return unique_paths(items)
 
 
 class ProjectedDownwardAPI(SpecModel):
-    items: list[DownwardAPIFile] | None = Field(default=None, max_length=32)
+    items: list[DownwardAPIFile] | None = Field(default=None, max_length=32, json_schema_extra=PATH_KEYED)
+
+    @field_validator("items")
+    @classmethod
+    def _unique_paths(cls, items: list[DownwardAPIFile] | None) -> list[DownwardAPIFile] | None:
+        return unique_paths(items)

@@ -666,6 +666,8 @@ def _from_pydantic(err: Any) -> FieldError:
         message = f"Unsupported value: supported values: {ctx.get('expected')}"
     elif kind in ("finite_number", "float_parsing"):
         message = "must be a finite number"
+    elif kind == "value_error":  # a model's own check (podtypes.unique_paths): its message as written
+        message = str(ctx.get("error", err["msg"])).rstrip(".")
     else:
         message = str(err["msg"]).removeprefix("Input ")
     return FieldError(field, f"{message} (got {got}).")
