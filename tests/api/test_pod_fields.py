@@ -24,7 +24,7 @@ from localcluster.nodeagent.envvars import PodFacts, container_env
 from sglang_operator.api.constants import ANNOTATION_DRAINING, ANNOTATION_SPEC_HASH, ANNOTATION_WARM
 from sglang_operator.api.crdgen import render_crd_yaml
 from sglang_operator.api.limits import OPERATOR_ANNOTATION_BYTES, POD_ANNOTATION_BYTES, TEMPLATE_ANNOTATION_BYTES
-from sglang_operator.api.pod_rules import SIDECAR_RESOURCES, quantity
+from sglang_operator.api.pod_rules import SIDECAR_RESOURCES
 from sglang_operator.api.podtemplate import DIVISORS, ENV_NAME
 from sglang_operator.api.podtypes import (
     CONFIG_KEY,
@@ -33,6 +33,7 @@ from sglang_operator.api.podtypes import (
     RELATIVE_PATH,
     VOLUME_FIELD_PATH,
 )
+from sglang_operator.api.resource_rules import quantity
 from sglang_operator.api.spec import SGLangDeploymentSpec
 from sglang_operator.api.validation import parse_spec
 from sglang_operator.render import Owner, render_all

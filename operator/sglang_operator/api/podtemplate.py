@@ -67,7 +67,7 @@ class ObjectFieldSelector(SpecModel):
 
 Divisor = Literal["1m", "1", "1k", "1M", "1G", "1T", "1P", "1E", "1Ki", "1Mi", "1Gi", "1Ti", "1Pi", "1Ei"]
 """The divisors a resourceFieldRef may give, as Kubernetes writes them (`validateContainerResourceDivisor` compares
-the canonical form): 1m and 1 for cpu, every other for memory, ephemeral-storage and hugepages (`pod_rules`)."""
+the canonical form): 1m and 1 for cpu, every other for memory, ephemeral-storage and hugepages (`resource_rules`)."""
 DIVISORS: tuple[str, ...] = get_args(Divisor)
 CPU_DIVISORS = ("1m", "1")
 
@@ -181,7 +181,7 @@ class Volume(SpecModel):
 
 
 class Toleration(SpecModel):
-    """Kubernetes' toleration, in the forms pods accept (`pod_rules`: Exists takes no value, an empty key needs
+    """Kubernetes' toleration, in the forms pods accept (`placement_rules`: Exists takes no value, an empty key needs
     Exists, tolerationSeconds needs NoExecute). No Gt or Lt: they need a feature gate a cluster may not have."""
 
     key: str | None = Field(default=None, max_length=253, pattern=f"^({QUALIFIED_NAME})?$")

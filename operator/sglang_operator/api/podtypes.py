@@ -63,7 +63,7 @@ ConfigKey = Annotated[str, Field(min_length=1, max_length=253, pattern=CONFIG_KE
 
 class Requirement(SpecModel):
     """A node selector requirement: a node label's key, values that are label values, and how many values its
-    operator takes (`pod_rules`: some for In and NotIn, none for Exists and DoesNotExist, one for Gt and Lt)."""
+    operator takes (`placement_rules`: some for In and NotIn, none for Exists and DoesNotExist, one for Gt and Lt)."""
 
     key: LabelName
     operator: Literal["In", "NotIn", "Exists", "DoesNotExist", "Gt", "Lt"]

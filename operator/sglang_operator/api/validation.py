@@ -18,8 +18,10 @@ from pydantic import BaseModel, ValidationError
 from ..settings import PodPolicy
 from .groups import FLEET_RULES, GroupRule, group_variants
 from .limits import UPPER_BOUNDS
+from .placement_rules import PLACEMENT_RULES
 from .pod_rules import POD_RULES
 from .release_rules import RELEASE_RULES
+from .resource_rules import RESOURCE_RULES
 from .rule import FieldError, Rule
 from .spec import EP_SPANNING_BACKENDS, PROMETHEUS_DURATION, PrometheusAuth, SGLangDeploymentSpec, duration_ms
 from .tenant_rules import TENANT_RULES
@@ -540,6 +542,8 @@ RULES: tuple[Rule, ...] = (
     ),
     *TENANT_RULES,
     *POD_RULES,
+    *PLACEMENT_RULES,
+    *RESOURCE_RULES,
     *RELEASE_RULES,
 )
 # Every rule that reads a field a worker group sets, once more for the groups (on each group where the rule can be
