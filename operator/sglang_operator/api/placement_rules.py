@@ -7,23 +7,11 @@ twin: `validate` and the API server refuse the spec when it is written, naming t
 the fleet at every pass with a 422.
 """
 
-from .podtemplate import Container, PodSpecOverrides, Toleration
+from .pod_rules import TEMPLATE_CEL as _T
+from .podtemplate import PodSpecOverrides, Toleration
 from .podtypes import LabelRequirement, LabelSelector, PodAffinity, PodAffinityTerm, Requirement
 from .rule import Rule
 from .spec import SGLangDeploymentSpec
-
-_T = "self.template.spec"
-_C = f"{_T}.containers"
-_I = f"{_T}.initContainers"
-
-
-def _containers(spec: SGLangDeploymentSpec) -> list[Container]:
-    return list(spec.template.spec.containers or [])
-
-
-def _init_containers(spec: SGLangDeploymentSpec) -> list[Container]:
-    return list(spec.template.spec.init_containers or [])
-
 
 # -- tolerations ----------------------------------------------------------------------------------------------------
 

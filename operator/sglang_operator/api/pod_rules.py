@@ -32,18 +32,19 @@ SHARED_MEMORY_PATH = "/dev/shm"
 """Where every worker pod mounts its shared memory (`render.workers`); the model cache is at model.cache.mountPath."""
 SIDECAR_RESOURCES = ("cpu", "memory", "ephemeral-storage")
 
-_T = "self.template.spec"
-_C = f"{_T}.containers"
-_I = f"{_T}.initContainers"
+TEMPLATE_CEL = "self.template.spec"
+CONTAINERS_CEL = f"{TEMPLATE_CEL}.containers"
+INIT_CONTAINERS_CEL = f"{TEMPLATE_CEL}.initContainers"
+_T, _C, _I = TEMPLATE_CEL, CONTAINERS_CEL, INIT_CONTAINERS_CEL
 _META = "self.template.metadata"
 _SIDECAR_RESOURCES_CEL = "[" + ", ".join(f"'{name}'" for name in SIDECAR_RESOURCES) + "]"
 
 
-def _containers(spec: SGLangDeploymentSpec) -> list[Container]:
+def template_containers(spec: SGLangDeploymentSpec) -> list[Container]:
     return list(spec.template.spec.containers or [])
 
 
-def _init_containers(spec: SGLangDeploymentSpec) -> list[Container]:
+def template_init_containers(spec: SGLangDeploymentSpec) -> list[Container]:
     return list(spec.template.spec.init_containers or [])
 
 
@@ -67,7 +68,7 @@ def _main_mounts_clear(spec: SGLangDeploymentSpec) -> bool:
     taken = _operator_paths(spec)
     return all(
         mount.mount_path not in taken
-        for container in _containers(spec)
+        for container in template_containers(spec)
         if container.name == MAIN_CONTAINER
         for mount in container.volume_mounts or []
     )
@@ -144,7 +145,7 @@ POD_RULES: tuple[Rule, ...] = (
         message=f"an init container must not be named '{MAIN_CONTAINER}': that is the worker container's name, and "
         "a pod's container names are unique across containers and initContainers; choose another name.",
         cel=f"!has({_I}) || {_I}.all(c, c.name != '{MAIN_CONTAINER}')",
-        holds=lambda s: all(c.name != MAIN_CONTAINER for c in _init_containers(s)),
+        holds=lambda s: all(c.name != MAIN_CONTAINER for c in template_init_containers(s)),
     ),
     Rule(
         field="spec.template.spec.containers",
@@ -159,13 +160,13 @@ POD_RULES: tuple[Rule, ...] = (
         field="spec.template.spec.containers",
         message=_UNIQUE_MOUNTS,
         cel=f"!has({_C}) || {_C}.all(c, {_unique_mount_paths_cel('c')})",
-        holds=lambda s: all(_unique_mount_paths(c) for c in _containers(s)),
+        holds=lambda s: all(_unique_mount_paths(c) for c in template_containers(s)),
     ),
     Rule(
         field="spec.template.spec.initContainers",
         message=_UNIQUE_MOUNTS,
         cel=f"!has({_I}) || {_I}.all(c, {_unique_mount_paths_cel('c')})",
-        holds=lambda s: all(_unique_mount_paths(c) for c in _init_containers(s)),
+        holds=lambda s: all(_unique_mount_paths(c) for c in template_init_containers(s)),
     ),
     Rule(
         field="spec.model.cache.mountPath",
@@ -188,14 +189,14 @@ POD_RULES: tuple[Rule, ...] = (
         "(nvidia.com/*, amd.com/gpu, google.com/tpu, ...) are the worker container's, counted by parallelism and "
         "autoscaling.maxGPUs.",
         cel=f"!has({_C}) || {_C}.all(c, c.name == '{MAIN_CONTAINER}' || {_sidecar_resources_cel('c')})",
-        holds=lambda s: all(c.name == MAIN_CONTAINER or _sidecar_resources_only(c) for c in _containers(s)),
+        holds=lambda s: all(c.name == MAIN_CONTAINER or _sidecar_resources_only(c) for c in template_containers(s)),
     ),
     Rule(
         field="spec.template.spec.initContainers",
         message=f"an init container may request only {', '.join(SIDECAR_RESOURCES)}: GPUs and every other extended "
         "resource are the worker container's, counted by parallelism and autoscaling.maxGPUs.",
         cel=f"!has({_I}) || {_I}.all(c, {_sidecar_resources_cel('c')})",
-        holds=lambda s: all(_sidecar_resources_only(c) for c in _init_containers(s)),
+        holds=lambda s: all(_sidecar_resources_only(c) for c in template_init_containers(s)),
     ),
     Rule(
         field="spec.engine.env",
@@ -208,13 +209,13 @@ POD_RULES: tuple[Rule, ...] = (
         field="spec.template.spec.containers",
         message=_ENV_MESSAGE,
         cel=_container_envs_cel(_C),
-        holds=lambda s: _container_envs_hold(_containers(s)),
+        holds=lambda s: _container_envs_hold(template_containers(s)),
     ),
     Rule(
         field="spec.template.spec.initContainers",
         message=_ENV_MESSAGE,
         cel=_container_envs_cel(_I),
-        holds=lambda s: _container_envs_hold(_init_containers(s)),
+        holds=lambda s: _container_envs_hold(template_init_containers(s)),
     ),
     Rule(
         field="spec.template.spec.volumes",

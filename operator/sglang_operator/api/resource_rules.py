@@ -12,23 +12,14 @@ import re
 from collections.abc import Iterable, Mapping
 from decimal import Decimal
 
+from .pod_rules import CONTAINERS_CEL as _C
+from .pod_rules import INIT_CONTAINERS_CEL as _I
+from .pod_rules import template_containers as _containers
+from .pod_rules import template_init_containers as _init_containers
 from .podtemplate import CPU_DIVISORS, Container, EnvVar
 from .reserved import MAIN_CONTAINER
 from .rule import Rule
 from .spec import SGLangDeploymentSpec
-
-_T = "self.template.spec"
-_C = f"{_T}.containers"
-_I = f"{_T}.initContainers"
-
-
-def _containers(spec: SGLangDeploymentSpec) -> list[Container]:
-    return list(spec.template.spec.containers or [])
-
-
-def _init_containers(spec: SGLangDeploymentSpec) -> list[Container]:
-    return list(spec.template.spec.init_containers or [])
-
 
 # -- resources: requests within limits -------------------------------------------------------------------------------
 
