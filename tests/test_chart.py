@@ -20,7 +20,7 @@ import yaml
 from localcluster.helm import CHART_DIR, INSTALL_MANIFEST, ensure_helm, helm_template, install_manifest
 from sglang_operator.api.constants import CRD_NAME
 from sglang_operator.cli import build_parser, leader_timing
-from sglang_operator.controller.leasetiming import Timing
+from sglang_operator.runtime.leasetiming import Timing
 from sglang_operator.settings import (
     ENV_OPERATOR_NAMESPACE,
     ENV_OPERATOR_POD_LABELS,
@@ -32,7 +32,7 @@ KUBE_VERSION = "1.34.0"
 CRD_FILE = "sglang.ai_sglangdeployments.yaml"
 REPO_ROOT = CHART_DIR.parent.parent
 
-# Every (apiGroup, resource) the operator calls and the verbs it uses: controller/apply.py and reconcile.py
+# Every (apiGroup, resource) the operator calls and the verbs it uses: runtime/writer.py and reconcile.py
 # (pods list/create/patch/delete; services, deployments, the PodMonitor, the NetworkPolicy and the InferencePool
 # get/create/patch and delete once no longer rendered; the Secrets a CR names get; events; the CR get and its status
 # patch) and kopf (watches pods, services, deployments, PodMonitors, NetworkPolicies and InferencePools for the
@@ -57,8 +57,8 @@ CLUSTER_PERMISSIONS: dict[tuple[str, str], set[str]] = {
 }
 # kopf follows the namespaces it watches when it does not watch the whole cluster.
 NAMESPACE_WATCH: dict[tuple[str, str], set[str]] = {("", "namespaces"): {"list", "watch"}}
-# controller/leader.py: read the Lease, create it once, replace it with the resourceVersion read; a standby watches it
-# (controller/leasewatch.py).
+# runtime/leader.py: read the Lease, create it once, replace it with the resourceVersion read; a standby watches it
+# (runtime/leasewatch.py).
 LEASE_PERMISSIONS: dict[tuple[str, str], set[str]] = {
     ("coordination.k8s.io", "leases"): {"get", "list", "watch", "create", "update"}
 }

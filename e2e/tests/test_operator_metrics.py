@@ -121,7 +121,7 @@ def test_leader_and_standby_expose_their_metrics(
     assert "get" in standby_verbs and standby_verbs <= {"get", "watch"}, f"the standby wrote: {standby_verbs}"
 
     # Every connection either process holds to the API server (kopf's watches among them) has TCP keepalive
-    # armed (controller/keepalive.py).
+    # armed (runtime/keepalive.py).
     port = urllib.parse.urlsplit(cluster.server).port or 443
     for proc in (leader, standby):
         assert proc.proc is not None

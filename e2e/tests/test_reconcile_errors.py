@@ -23,8 +23,8 @@ from kubernetes.client.exceptions import ApiException
 from localcluster.cluster import ClusterInfo
 from localcluster.fleet import Fleet, OperatorProcess, install_crd, simulated_example
 from localcluster.procs import log_tail, wait_for
-from sglang_operator.controller.apply import Writer
 from sglang_operator.controller.reconcile import describe_failure
+from sglang_operator.runtime.writer import Writer
 
 PODMONITOR_CRD = "podmonitors.monitoring.coreos.com"
 RESYNC_S = 5  # the operator's default resync period

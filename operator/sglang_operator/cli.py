@@ -20,11 +20,11 @@ from .api.rule import FieldError
 from .api.spec import SGLangDeploymentSpec
 from .api.validation import NAME_RULE, check_pod_policy, parse_spec
 from .capacity import concurrency_per_replica, plan_for_spec, replicas_for_load
-from .controller.leasetiming import Timing
 from .crfile import CRFileError, LoadedCR, load_cr
 from .groupplan import GroupArgError, format_plan, parse_group, plan_groups
 from .kubeyaml import kubectl_dumper
 from .render import Owner, render_all
+from .runtime.leasetiming import Timing
 from .settings import ENV_ALLOW_PROMETHEUS_HEADERS_TO_DEFAULT, OperatorSettings, PodPolicy
 
 MAX_ERROR_LINES = 100
@@ -240,8 +240,8 @@ def leader_timing(args: argparse.Namespace) -> Timing:
 
 
 def cmd_run(args: argparse.Namespace) -> int:
-    from .controller import leader
-    from .controller.runner import LeaderElection, operator_environment, run_operator
+    from .runtime import leader
+    from .runtime.runner import LeaderElection, operator_environment, run_operator
 
     election = None
     if args.leader_elect:

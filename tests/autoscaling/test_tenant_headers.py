@@ -76,7 +76,7 @@ def test_a_crs_own_allowed_prometheus_gets_its_tenant_header(
 
 
 class RecordingWriter:
-    """Stands in for `controller.apply.Writer`: records the status the pass writes."""
+    """Stands in for `runtime.writer.Writer`: records the status the pass writes."""
 
     written: ClassVar[list[dict[str, Any]]] = []
 

@@ -9,8 +9,8 @@ import pytest
 from kubernetes import client
 
 from sglang_operator.api.spec import SGLangDeploymentSpec
-from sglang_operator.controller.apply import ChildRef, Outcome, Writer, possible_children, stale_children
 from sglang_operator.render import Owner, shared_children
+from sglang_operator.runtime.writer import ChildRef, Outcome, Writer, possible_children, stale_children
 from sglang_operator.settings import OperatorSettings
 
 from .fakekube import FakeKube, wire

@@ -7,12 +7,12 @@ from typing import Any
 
 import pytest
 
-from sglang_operator.controller import handlers
 from sglang_operator.controller.reconcile import PassResult
-from sglang_operator.controller.runner import operator_environment
-from sglang_operator.controller.state import pod_signature, serving_member, spec_unobserved
-from sglang_operator.controller.supervisor import Stopped
-from sglang_operator.controller.workqueue import Priority, PriorityPool, run_in_pool
+from sglang_operator.runtime import watches as handlers
+from sglang_operator.runtime.runner import operator_environment
+from sglang_operator.runtime.state import pod_signature, serving_member, spec_unobserved
+from sglang_operator.runtime.supervisor import Stopped
+from sglang_operator.runtime.workqueue import Priority, PriorityPool, run_in_pool
 from sglang_operator.settings import load_settings
 
 from .waiting import until
@@ -256,7 +256,7 @@ def test_a_pass_that_changed_the_routers_is_followed_up_soon_at_registrations_pr
 
 
 def test_a_snapshot_copy_is_deep_and_leaves_out_the_managed_fields() -> None:
-    from sglang_operator.controller.state import plain
+    from sglang_operator.runtime.state import plain
 
     pod = {"metadata": {"name": "p", "labels": {"a": "1"}, "managedFields": [{"manager": "kubelet"}]},
            "status": {"conditions": [{"type": "Ready"}]}}  # fmt: skip

@@ -6,7 +6,7 @@ from typing import Any
 
 from sglang_operator.api.inferencepool import LABEL_INFERENCE_POOL
 from sglang_operator.controller.inferencepool import is_member, membership_changes, membership_labels, pool_members
-from sglang_operator.controller.observed import group_replicas
+from sglang_operator.observed import group_replicas
 
 
 def pod(name: str, replica: int, rank: int = 0, ready: bool = True, member: bool = False,

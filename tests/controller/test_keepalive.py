@@ -1,5 +1,5 @@
 """TCP keepalive on the operator's connections, as client-go's: the kernel ends a dead connection within 165 s and
-keeps an idle one open through a load balancer (controller/keepalive.py)."""
+keeps an idle one open through a load balancer (runtime/keepalive.py)."""
 
 import asyncio
 import socket
@@ -10,8 +10,9 @@ import kopf
 import pytest
 from aiohttp import web
 
-from sglang_operator.controller import handlers, kube, runner
-from sglang_operator.controller.keepalive import (
+from sglang_operator.runtime import kube, runner
+from sglang_operator.runtime import watches as handlers
+from sglang_operator.runtime.keepalive import (
     IDLE_SECONDS,
     PROBE_COUNT,
     PROBE_INTERVAL_SECONDS,

@@ -17,8 +17,8 @@ import pytest
 from kubernetes.client.exceptions import ApiException
 
 from sglang_operator.cli import build_parser, leader_timing, main
-from sglang_operator.controller import leader, runner
-from sglang_operator.controller.leader import (
+from sglang_operator.runtime import leader, runner
+from sglang_operator.runtime.leader import (
     LeaderElector,
     LeaseClient,
     LeaseRecord,
@@ -32,7 +32,7 @@ from sglang_operator.controller.leader import (
     renewed_spec,
     standby_verdict,
 )
-from sglang_operator.controller.leasetiming import Timing
+from sglang_operator.runtime.leasetiming import Timing
 
 T = Timing()  # 13 s lease, 11 s renew deadline, a renewal every 7 s, 1 s retry
 WALL = datetime(2026, 12, 1, 18, 0, 0, 0, tzinfo=UTC)

@@ -8,9 +8,9 @@ from typing import Any
 
 from kubernetes.client.exceptions import ApiException
 
-from sglang_operator.controller.leader import LeaderElector
-from sglang_operator.controller.leasetiming import Timing
-from sglang_operator.controller.leasewatch import LOOK_SECONDS, WatchedLeases
+from sglang_operator.runtime.leader import LeaderElector
+from sglang_operator.runtime.leasetiming import Timing
+from sglang_operator.runtime.leasewatch import LOOK_SECONDS, WatchedLeases
 
 from .test_leader import Clock, FakeLeases, sleeper
 

@@ -1,9 +1,9 @@
 """Router membership planning and the pure status function."""
 
 from sglang_operator.api.spec import SGLangDeploymentSpec
-from sglang_operator.controller.observed import ReplicaView, group_replicas
 from sglang_operator.controller.routers import RouterState
 from sglang_operator.controller.status import GroupObservation, RouterObservation, compute_status, merge_conditions
+from sglang_operator.observed import ReplicaView, group_replicas
 from sglang_operator.router.client import RouterWorker
 from sglang_operator.router.membership import plan_membership
 

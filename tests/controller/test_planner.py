@@ -1,8 +1,8 @@
 """The replica planner over the situations a fleet meets: scale, rollout, drain, failure, warm replicas."""
 
 from sglang_operator.api.spec import UpdateStrategy
-from sglang_operator.controller.observed import PodView, ReplicaView
 from sglang_operator.controller.planner import BURST_PODS, Event, Targets, plan_replicas
+from sglang_operator.observed import PodView, ReplicaView
 
 REV, OLD = "new", "old"
 

@@ -13,10 +13,9 @@ import pytest
 from kubernetes import client
 
 from sglang_operator import metrics
-from sglang_operator.controller import kube
-from sglang_operator.controller.apply import possible_children
 from sglang_operator.controller.reconcile import Reconciler
-from sglang_operator.controller.state import (
+from sglang_operator.runtime import kube
+from sglang_operator.runtime.state import (
     Expectations,
     Snapshot,
     TtlCache,
@@ -24,7 +23,7 @@ from sglang_operator.controller.state import (
     trim_child,
     unmet,
 )
-from sglang_operator.controller.workqueue import (
+from sglang_operator.runtime.workqueue import (
     Preempted,
     Priority,
     PriorityPool,
@@ -33,6 +32,7 @@ from sglang_operator.controller.workqueue import (
     resync_seconds,
     run_in_pool,
 )
+from sglang_operator.runtime.writer import possible_children
 from sglang_operator.settings import OperatorSettings
 
 from .fakekube import FakeKube, wire

@@ -15,8 +15,8 @@ from typing import Any
 import pytest
 from kubernetes import client
 
-from sglang_operator.controller import supervisor as supervisor_module
-from sglang_operator.controller.supervisor import (
+from sglang_operator.runtime import supervisor as supervisor_module
+from sglang_operator.runtime.supervisor import (
     FINALIZER,
     Live,
     LoopKind,

@@ -15,8 +15,8 @@ from kubernetes import client
 
 from sglang_operator.api.constants import COMPONENT_ROUTER, LABEL_COMPONENT, LABEL_DEPLOYMENT
 from sglang_operator.api.spec import SGLangDeploymentSpec
-from sglang_operator.controller.observed import router_pod_of
 from sglang_operator.doctor.run import evaluate
+from sglang_operator.observed import router_pod_of
 from tests.router.fakehttp import FakeHTTP, Reply, serving
 
 KEY = "ROUTER-KEY-89ab"

@@ -8,8 +8,8 @@ from collections.abc import Callable
 import pytest
 
 from sglang_operator.controller.loads import fetch_in_flight, read_load
-from sglang_operator.controller.observed import PodView, ReplicaView
 from sglang_operator.controller.routers import RouterState, observe_routers, sync_routers
+from sglang_operator.observed import PodView, ReplicaView
 from sglang_operator.router.client import RouterClient, RouterError, RouterWorker
 
 from .fakehttp import FakeHTTP, Reply

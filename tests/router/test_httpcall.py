@@ -9,8 +9,8 @@ from collections.abc import Callable
 
 import pytest
 
-from sglang_operator import httpcall
-from sglang_operator.httpcall import CallFailed, request
+from sglang_operator.runtime import httpcall
+from sglang_operator.runtime.httpcall import CallFailed, request
 
 from .fakehttp import FakeHTTP, Reply
 

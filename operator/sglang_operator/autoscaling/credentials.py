@@ -16,7 +16,7 @@ from kubernetes import client
 from kubernetes.client.rest import ApiException
 
 from ..api.spec import PrometheusAuth
-from ..controller.kube import API_TIMEOUT
+from ..runtime.kube import API_TIMEOUT
 from ..secretref import secret_key_text, unusable_credential
 from .prometheus import Credentials
 

@@ -1,8 +1,8 @@
 """The autoscaler's loop: one coroutine per SGLangDeployment with autoscaling enabled, one pass per interval.
 
 A loop rather than a fixed-interval timer, because each CR chooses its own `intervalSeconds`; the supervisor
-(`controller.supervisor`) starts it on the leader and stops it when autoscaling is switched off or the CR is
-deleted. Like the reconcile loop, it holds no thread: each pass runs in the shared pool (`controller.workqueue`),
+(`runtime.supervisor`) starts it on the leader and stops it when autoscaling is switched off or the CR is
+deleted. Like the reconcile loop, it holds no thread: each pass runs in the shared pool (`runtime.workqueue`),
 from the CR's body as the watch last showed it and the pods of the operator's pod index (no GET or LIST per pass).
 """
 
@@ -13,10 +13,10 @@ from collections.abc import Mapping
 from typing import Any
 
 from .. import metrics
-from ..controller.kube import api_client
-from ..controller.state import PodKey, plain
-from ..controller.supervisor import Live, Stopped, per_cr_loop
-from ..controller.workqueue import backoff_seconds, run_in_pool
+from ..runtime.kube import api_client
+from ..runtime.state import PodKey, plain
+from ..runtime.supervisor import Live, Stopped, per_cr_loop
+from ..runtime.workqueue import backoff_seconds, run_in_pool
 from .loop import autoscale_once
 
 log = logging.getLogger(__name__)

@@ -34,11 +34,11 @@ from ..api.constants import (
 from ..api.groups import worker_groups
 from ..api.spec import AutoscalingSpec, PrometheusAuth, SGLangDeploymentSpec
 from ..api.validation import parse_spec
-from ..controller.apply import Writer
 from ..controller.fleet import desired_replicas, group_targets
-from ..controller.kube import API_TIMEOUT
-from ..controller.observed import owned_by
 from ..controller.status import condition, merge_conditions
+from ..observed import owned_by
+from ..runtime.kube import API_TIMEOUT
+from ..runtime.writer import Writer
 from ..settings import OperatorSettings, load_settings
 from ..topology import topology
 from .credentials import CA_FILE_ENV, TOKEN_FILE_ENV, operator_credentials, resolve_credentials

@@ -21,7 +21,7 @@ from dataclasses import dataclass, fields, replace
 from typing import Any
 
 from ..api.spec import AutoscalingSpec, AutoscalingWindows, BurstyTraffic, ServiceLevel, SustainedRise
-from ..httpcall import CallFailed, request
+from ..runtime.httpcall import CallFailed, request
 from .signals import Samples
 
 DEFAULT_TIMEOUT_SECONDS = 5.0

@@ -12,9 +12,9 @@ from typing import Any
 from ..api.constants import LABEL_WORKER_GROUP
 from ..api.groups import WorkerGroup, worker_groups
 from ..api.spec import SGLangDeploymentSpec
+from ..observed import ReplicaView, group_replicas
 from ..render import revision_hash
 from .loads import Loads
-from .observed import ReplicaView, group_replicas
 from .planner import BURST_PODS, Plan, Targets
 
 

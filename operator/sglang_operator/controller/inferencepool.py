@@ -11,7 +11,7 @@ from collections.abc import Collection, Iterable, Mapping
 from typing import Any
 
 from ..api.inferencepool import LABEL_INFERENCE_POOL, POOL_MEMBER
-from .observed import ReplicaView
+from ..observed import ReplicaView
 
 
 def pool_members(

@@ -11,8 +11,8 @@ from collections.abc import Iterable
 from dataclasses import dataclass, field
 from typing import Any
 
-from ..httpcall import CallFailed, request
-from .observed import ReplicaView
+from ..observed import ReplicaView
+from ..runtime.httpcall import CallFailed, request
 
 LOADS_TIMEOUT_SECONDS = 2.0
 LOADS_BUDGET_SECONDS = 10.0

@@ -12,7 +12,7 @@ from collections.abc import Iterable, Iterator, Mapping
 from dataclasses import dataclass, field
 
 from ..api.spec import UpdateStrategy
-from .observed import ReplicaView
+from ..observed import ReplicaView
 
 # A request the router dispatched just before the removal may still be in transit to the worker and not yet
 # counted in its load; "nothing in flight" is trusted only after this long.

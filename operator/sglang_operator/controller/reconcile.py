@@ -37,20 +37,20 @@ from ..api.constants import (
 from ..api.scaletarget import SCALE_PLURAL
 from ..api.spec import SecretKeyRef, SGLangDeploymentSpec
 from ..api.validation import check_pod_policy, parse_spec
+from ..observed import ReplicaView, owned_by, router_pod_of
 from ..render import Owner, replica_pods, shared_children
+from ..runtime.kube import API_TIMEOUT
+from ..runtime.state import KINDS, SECRETS, Expectations, Snapshot, TtlCache
+from ..runtime.writer import ChildRef, KindUnavailable, Outcome, Writer, possible_children, stale_children
 from ..secretref import secret_key_text, unusable_credential
 from ..settings import OperatorSettings, load_settings
 from .apierrors import describe_causes
-from .apply import ChildRef, KindUnavailable, Outcome, Writer, possible_children, stale_children
 from .fleet import GroupPass, group_passes
 from .inferencepool import membership_changes, membership_labels, pool_members
-from .kube import API_TIMEOUT
 from .loads import fetch_in_flight
-from .observed import ReplicaView, owned_by, router_pod_of
 from .planner import Plan, plan_replicas
 from .routers import observe_routers, sync_routers
 from .scaletargets import STATUS_WRITES_PER_PASS, ScaleTargetVerdict, scale_target_counts, scale_target_status
-from .state import KINDS, SECRETS, Expectations, Snapshot, TtlCache
 from .status import (
     PROBLEM_REASONS,
     GroupObservation,

@@ -11,8 +11,8 @@ from typing import Any
 from .. import names
 from ..api.constants import COMPONENT_WORKER, LABEL_COMPONENT, LABEL_DEPLOYMENT, LABEL_WORKER_GROUP
 from ..api.spec import SGLangDeploymentSpec
+from ..observed import ReplicaView
 from ..topology import topology
-from .observed import ReplicaView
 
 CONDITION_TYPES = ("Ready", "Progressing", "Degraded", "RouterSynced", "MetricsAvailable")
 

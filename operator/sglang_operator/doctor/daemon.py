@@ -1,7 +1,7 @@
 """The fleet doctor's loop: one coroutine per SGLangDeployment with `diagnostics.enabled`, one evaluation per
-`diagnostics.intervalSeconds`, started on the leader by the supervisor (`controller.supervisor`).
+`diagnostics.intervalSeconds`, started on the leader by the supervisor (`runtime.supervisor`).
 
-Like the autoscaler's loop it holds no thread: each evaluation runs in the shared pool (`controller.workqueue`) from
+Like the autoscaler's loop it holds no thread: each evaluation runs in the shared pool (`runtime.workqueue`) from
 the CR's body as the watch last showed it and the pods of the operator's pod index (no GET or LIST per pass);
 Secrets (a router API key) come through the reconciler's cache.
 """
@@ -14,10 +14,10 @@ from typing import Any
 
 from .. import metrics
 from ..api.validation import parse_spec
-from ..controller.kube import api_client
-from ..controller.state import SECRETS, PodKey, plain
-from ..controller.supervisor import Live, Stopped, per_cr_loop
-from ..controller.workqueue import backoff_seconds, run_in_pool
+from ..runtime.kube import api_client
+from ..runtime.state import SECRETS, PodKey, plain
+from ..runtime.supervisor import Live, Stopped, per_cr_loop
+from ..runtime.workqueue import backoff_seconds, run_in_pool
 from .hysteresis import is_empty
 from .model import FINDING_TYPES
 from .run import clear_diagnostics, doctor_once, secret_reader

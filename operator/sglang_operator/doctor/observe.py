@@ -27,7 +27,7 @@ from ..api.constants import (
 )
 from ..api.spec import SGLangDeploymentSpec
 from ..autoscaling.prometheus import PrometheusClient, Queries, _matchers
-from ..controller.observed import router_pod_of
+from ..observed import router_pod_of
 from ..router.client import RouterClient, RouterError
 from .diagnose import scale_ups
 from .model import FleetFacts, PodFacts, ReplicaMetrics, RouterView
@@ -227,7 +227,7 @@ _URL = re.compile(r"^[0-9a-fA-F:.]+$")
 
 
 def _http_port(pod: Mapping[str, Any], default: int) -> int:
-    """The main container's `http` port (what `controller.observed` registers), else the spec's engine port."""
+    """The main container's `http` port (what `observed` registers), else the spec's engine port."""
     containers = (pod.get("spec") or {}).get("containers") or []
     for port in (containers[0].get("ports") or []) if containers and isinstance(containers[0], dict) else []:
         if isinstance(port, dict) and port.get("name") == "http" and isinstance(port.get("containerPort"), int):
@@ -273,6 +273,6 @@ def fleet_facts(
 
 
 def router_pods(pods: Sequence[Mapping[str, Any]], deployment: str) -> list[Mapping[str, Any]]:
-    """The fleet's router pods, by ownership (`controller.observed.router_pod_of`, the reconciler's own test), never
+    """The fleet's router pods, by ownership (`observed.router_pod_of`, the reconciler's own test), never
     by label: the doctor sends them the router's API key, and any pod of the namespace can carry the labels."""
     return [p for p in pods if router_pod_of(p, deployment)]

@@ -38,7 +38,7 @@ def examine(name: str, namespace: str, prometheus_url: str | None = None) -> dic
     """The report of one evaluation of the fleet `namespace/name`, as JSON-ready data."""
     from kubernetes import client
 
-    from ..controller.kube import API_TIMEOUT, api_client
+    from ..runtime.kube import API_TIMEOUT, api_client
 
     try:
         api = api_client()

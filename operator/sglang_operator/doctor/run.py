@@ -23,8 +23,8 @@ from ..api.spec import SGLangDeploymentSpec
 from ..autoscaling.credentials import resolve_credentials
 from ..autoscaling.loop import PROMETHEUS_URL_ENV, prometheus_access
 from ..autoscaling.prometheus import Credentials, connect
-from ..controller.apply import Writer
-from ..controller.kube import API_TIMEOUT
+from ..runtime.kube import API_TIMEOUT
+from ..runtime.writer import Writer
 from ..secretref import secret_key_text, unusable_credential
 from .diagnose import diagnose
 from .hysteresis import Evolution, evolve, is_empty

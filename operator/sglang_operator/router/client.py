@@ -16,7 +16,7 @@ from dataclasses import dataclass
 from typing import Any, Final
 from urllib.parse import quote
 
-from ..httpcall import CallFailed, Response, request
+from ..runtime.httpcall import CallFailed, Response, request
 
 DEFAULT_TIMEOUT_SECONDS = 5.0
 MAX_WORKERS_LISTED = 10_000

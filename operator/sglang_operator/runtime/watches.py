@@ -29,9 +29,8 @@ import kopf
 from .. import metrics
 from ..api.constants import GROUP, LABEL_DEPLOYMENT, PLURAL, VERSION
 from ..api.scaletarget import SCALE_PLURAL
-from .apply import possible_children
+from ..controller.reconcile import PassResult, Reconciler
 from .kube import api_client
-from .reconcile import PassResult, Reconciler
 from .state import (
     EXPECTATION_TIMEOUT_SECONDS,
     ChildKey,
@@ -48,6 +47,7 @@ from .state import (
 )
 from .supervisor import KINDS, Live, Stopped, Supervisor, patch_cr, per_cr_loop
 from .workqueue import Preempted, Priority, backoff_seconds, pool_size, resync_seconds, run_in_pool
+from .writer import possible_children
 
 log = logging.getLogger(__name__)
 WATCH_SERVER_TIMEOUT_SECONDS = 1800

@@ -5,8 +5,8 @@ from dataclasses import dataclass, field
 from datetime import datetime
 from typing import Any
 
-from .. import names
-from ..api.constants import (
+from . import names
+from .api.constants import (
     ANNOTATION_DRAINING,
     ANNOTATION_REPLICA_NODES,
     ANNOTATION_WARM,

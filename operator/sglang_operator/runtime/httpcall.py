@@ -41,7 +41,7 @@ from urllib.parse import urlsplit
 
 import aiohttp
 
-from .controller.keepalive import KeepaliveEventLoop
+from .keepalive import KeepaliveEventLoop
 
 MAX_BODY_BYTES = 1 << 20
 """Nothing the operator reads (a worker list, a load report, a PromQL answer) comes near this."""

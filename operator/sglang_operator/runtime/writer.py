@@ -31,8 +31,8 @@ from kubernetes.client.exceptions import ApiException
 from .. import names
 from ..api.constants import ANNOTATION_SPEC_HASH, GROUP, KIND, PLURAL, VERSION
 from ..api.scaletarget import SCALE_PLURAL
+from ..observed import owned_by
 from .kube import API_TIMEOUT, FIELD_MANAGER
-from .observed import owned_by
 from .state import Expectations
 
 log = logging.getLogger(__name__)

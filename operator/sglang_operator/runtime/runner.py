@@ -151,9 +151,7 @@ def run_operator(
     """Run until kopf stops (0), a standby is stopped (0), or the Lease is lost (`LOST_LEASE_EXIT_CODE`)."""
     logging.basicConfig(level=logging.DEBUG if verbose else logging.INFO, format="%(asctime)s %(name)s %(message)s")
     os.environ.update(environment or {})  # the settings' variables, from `operator_environment`
-    from ..autoscaling import daemon  # noqa: F401  (registers the autoscaler)
-    from ..doctor import daemon as doctor_daemon  # noqa: F401  (registers the fleet doctor)
-    from . import handlers
+    from . import watches as handlers
     from .kube import api_client
 
     metrics.LEADER.set(0 if leader_election else 1)

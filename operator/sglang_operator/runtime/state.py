@@ -21,14 +21,8 @@ from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import Any, Final
 
-from ..api.constants import (
-    ANNOTATION_SPEC_HASH,
-    COMPONENT_ROUTER,
-    COMPONENT_WORKER,
-    LABEL_COMPONENT,
-    LABEL_DEPLOYMENT,
-)
-from .observed import pod_view
+from ..api.constants import ANNOTATION_SPEC_HASH, COMPONENT_ROUTER, COMPONENT_WORKER, LABEL_COMPONENT, LABEL_DEPLOYMENT
+from ..observed import pod_view
 
 SECRET_TTL_SECONDS: Final = 60.0
 KIND_TTL_SECONDS: Final = 10.0
