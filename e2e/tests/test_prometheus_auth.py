@@ -25,10 +25,10 @@ from localcluster.paths import bin_dir
 from localcluster.procs import pick_port, wait_for
 from sglang_operator.api.constants import GROUP, PLURAL, VERSION
 from sglang_operator.api.spec import AutoscalingWindows, BasicAuthSecretRef, PrometheusAuth
+from sglang_operator.autoscaling.autoscale_pass import autoscale_once
 from sglang_operator.autoscaling.credentials import resolve_credentials
-from sglang_operator.autoscaling.loop import autoscale_once
 from sglang_operator.autoscaling.prometheus import Target, connect, read_samples
-from sglang_operator.settings import ENV_ALLOWED_PROMETHEUS_URLS
+from sglang_operator.settings import OperatorSettings
 
 USER, PASSWORD = "autoscaler", "correct horse battery staple"
 START_TIMEOUT_S = 60.0
@@ -141,14 +141,13 @@ def test_a_pass_with_a_missing_secret_holds_and_names_it(
     api_client: client.ApiClient,
     core: client.CoreV1Api,
     namespace: str,
-    monkeypatch: pytest.MonkeyPatch,
 ) -> None:
-    monkeypatch.setenv(ENV_ALLOWED_PROMETHEUS_URLS, guarded_prometheus)  # what `run --allow-prometheus-url` sets
+    settings = OperatorSettings(allowed_prometheus_urls=(guarded_prometheus,))  # `run --allow-prometheus-url`
     install_crd(api_client)
     custom = client.CustomObjectsApi(api_client)
     custom.create_namespaced_custom_object(GROUP, VERSION, namespace, PLURAL, deployment(guarded_prometheus, "prom"))
 
-    result = autoscale_once(api_client, namespace, "chat")
+    result = autoscale_once(api_client, settings, namespace, "chat")
     assert result.decision is not None and result.decision.replicas == 1 and result.decision.mode == "hold"
     condition = metrics_condition(custom, namespace)
     assert condition["status"] == "False"
@@ -158,6 +157,6 @@ def test_a_pass_with_a_missing_secret_holds_and_names_it(
     )
 
     create_basic_auth_secret(core, namespace, "prom", PASSWORD)  # the next pass uses it, with no restart
-    autoscale_once(api_client, namespace, "chat")
+    autoscale_once(api_client, settings, namespace, "chat")
     message = metrics_condition(custom, namespace)["message"]
     assert "prometheusAuth" not in message and "401" not in message  # let in; no SGLang series here to read

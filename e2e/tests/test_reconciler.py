@@ -31,6 +31,7 @@ from localcluster.fleet import (
 from localcluster.nodeagent import faults
 from localcluster.procs import wait_for
 from sglang_operator.controller.reconcile import Reconciler
+from sglang_operator.settings import OperatorSettings
 
 
 @pytest.fixture
@@ -262,7 +263,7 @@ def test_second_pass_makes_no_writes(api_client: client.ApiClient, namespace: st
     fleet.apply(llama(2))
     fleet.wait_ready(2)
     proc.stop()
-    reconciler = Reconciler(api_client)
+    reconciler = Reconciler(api_client, OperatorSettings())
     first = reconciler.reconcile(namespace, "llama")
     second = reconciler.reconcile(namespace, "llama")
     assert first.plan is not None and first.plan.empty

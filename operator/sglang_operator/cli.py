@@ -12,6 +12,7 @@ import math
 import os
 import re
 import sys
+from collections.abc import Mapping
 from typing import Any, NoReturn
 
 import yaml
@@ -25,7 +26,7 @@ from .groupplan import GroupArgError, format_plan, parse_group, plan_groups
 from .kubeyaml import kubectl_dumper
 from .render import Owner, render_all
 from .runtime.leasetiming import Timing
-from .settings import ENV_ALLOW_PROMETHEUS_HEADERS_TO_DEFAULT, OperatorSettings, PodPolicy
+from .settings import OperatorSettings, PodPolicy, load_settings, operator_environment
 
 MAX_ERROR_LINES = 100
 """Problems printed per file; a list of 100,000 wrong items says the same thing after the first hundred."""
@@ -239,9 +240,29 @@ def leader_timing(args: argparse.Namespace) -> Timing:
     )
 
 
+def run_settings(args: argparse.Namespace, environ: Mapping[str, str]) -> OperatorSettings:
+    """The operator's settings: `run`'s flags over the environment (the chart's `extraEnv`), parsed once. Pure."""
+    flags = operator_environment(
+        prometheus_url=args.prometheus_url,
+        prometheus_token_file=args.prometheus_bearer_token_file,
+        prometheus_ca_file=args.prometheus_ca_file,
+        allowed_prometheus_urls=args.allow_prometheus_url or [],
+        allowed_host_paths=args.allow_host_path or [],
+        operator_namespace=args.operator_namespace,
+        operator_pod_labels=args.operator_pod_labels,
+        prometheus_namespace_labels=args.prometheus_namespace_labels,
+        prometheus_pod_labels=args.prometheus_pod_labels,
+        allow_prometheus_headers_to_default=args.allow_prometheus_headers_to_default,
+        workers=args.workers,
+        resync_seconds=args.resync_seconds,
+    )
+    return load_settings({**environ, **flags})
+
+
 def cmd_run(args: argparse.Namespace) -> int:
+    from .app import run_operator_process
     from .runtime import leader
-    from .runtime.runner import LeaderElection, operator_environment, run_operator
+    from .runtime.runner import LeaderElection
 
     election = None
     if args.leader_elect:
@@ -253,27 +274,14 @@ def cmd_run(args: argparse.Namespace) -> int:
         election = LeaderElection(
             namespace=args.leader_election_namespace or leader.default_namespace(os.environ),
             name=args.leader_election_name or leader.LEASE_NAME,
-            identity=leader.new_identity(args.leader_election_identity),
+            identity=leader.new_identity(args.leader_election_identity, os.environ),
             timing=timing,
         )
-    environment = operator_environment(
-        prometheus_url=args.prometheus_url,
-        prometheus_token_file=args.prometheus_bearer_token_file,
-        prometheus_ca_file=args.prometheus_ca_file,
-        allowed_prometheus_urls=args.allow_prometheus_url or [],
-        allowed_host_paths=args.allow_host_path or [],
-        operator_namespace=args.operator_namespace,
-        operator_pod_labels=args.operator_pod_labels,
-        prometheus_namespace_labels=args.prometheus_namespace_labels,
-        prometheus_pod_labels=args.prometheus_pod_labels,
-    )
-    if args.allow_prometheus_headers_to_default:
-        environment[ENV_ALLOW_PROMETHEUS_HEADERS_TO_DEFAULT] = "true"
-    return run_operator(
+    return run_operator_process(
+        run_settings(args, os.environ),
         namespaces=args.namespace or [],
         verbose=args.verbose,
         liveness=args.liveness,
-        environment=environment,
         leader_election=election,
         metrics_port=args.metrics_port,
         metrics_address=args.metrics_address,
@@ -285,7 +293,8 @@ def cmd_doctor(args: argparse.Namespace) -> int:
     from .doctor.report import DoctorError, default_namespace, examine, render
 
     try:
-        report = examine(args.name, args.namespace or default_namespace(), args.prometheus_url)
+        environment = load_settings(os.environ)  # the CLI's default Prometheus: $SGLANG_OPERATOR_PROMETHEUS_URL
+        report = examine(args.name, args.namespace or default_namespace(), args.prometheus_url, environment)
     except DoctorError as exc:
         raise UsageError(str(exc)) from exc
     sys.stdout.write(render(report, args.output))
@@ -397,6 +406,19 @@ def build_parser() -> argparse.ArgumentParser:
         "--prometheus-namespace-labels", metavar="K=V,...", help="labels of Prometheus' namespace (NetworkPolicies)"
     )
     run.add_argument("--prometheus-pod-labels", metavar="K=V,...", help="Prometheus pods' labels (NetworkPolicies)")
+    run.add_argument(
+        "--workers",
+        type=int,
+        metavar="N",
+        help="threads every pass runs in, whatever the number of CRs (1-256; default $SGLANG_OPERATOR_WORKERS, else 8)",
+    )
+    run.add_argument(
+        "--resync-seconds",
+        type=float,
+        metavar="SECONDS",
+        help="a CR's pass comes at least this often with nothing changing (1-3600; default "
+        "$SGLANG_OPERATOR_RESYNC_SECONDS, else 5)",
+    )
     run.add_argument("--liveness", metavar="URL", help="kopf health endpoint, e.g. http://0.0.0.0:8080/healthz")
     run.add_argument(
         "--leader-elect",

@@ -3,11 +3,11 @@
 A tenant who may create an SGLangDeployment gets GPU fleets and nothing more. Whatever would widen that (a node
 directory mounted into a worker, a Prometheus of the CR's choosing, the peers a fleet's NetworkPolicy admits) is set
 here, by whoever installs the operator (`sglang-operator run` flags, the chart's values), and read by pure functions
-as an argument. `run` puts the flags into the environment (`ENV_*`), so every process that the operator starts and
-every handler reads one source; `load_settings` parses it once.
+as an argument. `run` builds one `OperatorSettings` at start, from its flags over the process's environment (`ENV_*`,
+which the chart's `extraEnv` may set), and hands it down explicitly: nothing below the entry point reads the
+environment.
 """
 
-import os
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from urllib.parse import urlsplit
@@ -19,6 +19,13 @@ ENV_OPERATOR_POD_LABELS = "SGLANG_OPERATOR_POD_LABELS"
 ENV_PROMETHEUS_NAMESPACE_LABELS = "SGLANG_OPERATOR_PROMETHEUS_NAMESPACE_LABELS"
 ENV_PROMETHEUS_POD_LABELS = "SGLANG_OPERATOR_PROMETHEUS_POD_LABELS"
 ENV_ALLOW_PROMETHEUS_HEADERS_TO_DEFAULT = "SGLANG_OPERATOR_ALLOW_PROMETHEUS_HEADERS_TO_DEFAULT"
+ENV_PROMETHEUS_URL = "SGLANG_OPERATOR_PROMETHEUS_URL"
+ENV_PROMETHEUS_TOKEN_FILE = "SGLANG_OPERATOR_PROMETHEUS_TOKEN_FILE"
+ENV_PROMETHEUS_CA_FILE = "SGLANG_OPERATOR_PROMETHEUS_CA_FILE"
+ENV_WORKERS = "SGLANG_OPERATOR_WORKERS"
+ENV_RESYNC_SECONDS = "SGLANG_OPERATOR_RESYNC_SECONDS"
+DEFAULT_WORKERS = 8
+DEFAULT_RESYNC_SECONDS = 5.0
 
 
 @dataclass(frozen=True)
@@ -60,6 +67,16 @@ class NetworkPeers:
 
 
 @dataclass(frozen=True)
+class DefaultPrometheus:
+    """The operator's own Prometheus: read for every CR that names no `autoscaling.prometheusURL`, with the
+    operator's own credentials (a bearer token file, a CA bundle) unless the CR names `prometheusAuth`."""
+
+    url: str | None = None
+    token_file: str | None = None
+    ca_file: str | None = None
+
+
+@dataclass(frozen=True)
 class OperatorSettings:
     pod_policy: PodPolicy = field(default_factory=PodPolicy)
     allowed_prometheus_urls: tuple[str, ...] = ()
@@ -70,6 +87,11 @@ class OperatorSettings:
     default Prometheus. Off by default: toward a shared multi-tenant Mimir, Cortex or Thanos, the operator's requests
     would read whichever tenant's series the CR names. An admin whose default Prometheus is single-tenant, or who
     means CRs to pick their tenant, turns it on (`--allow-prometheus-headers-to-default`)."""
+    default_prometheus: DefaultPrometheus = field(default_factory=DefaultPrometheus)
+    workers: int = DEFAULT_WORKERS
+    """Threads of the one pool every pass runs in (`runtime.workqueue`), whatever the number of CRs: 1..256."""
+    resync_seconds: float = DEFAULT_RESYNC_SECONDS
+    """Seconds between passes of a CR when nothing wakes it: 1..3600."""
 
     def prometheus_url_allowed(self, url: str) -> bool:
         """`url` is a plain Prometheus base URL under one of `allowed_prometheus_urls` (`_url_under`)."""
@@ -137,8 +159,50 @@ def _items(text: str) -> tuple[str, ...]:
     return tuple(item.strip() for item in text.split(",") if item.strip())
 
 
-def load_settings(environ: Mapping[str, str] | None = None) -> OperatorSettings:
-    env = os.environ if environ is None else environ
+def _bounded(text: str | None, default: float, low: float, high: float) -> float:
+    """A number from a variable, clamped to [low, high]; the default when absent, not a number or NaN."""
+    try:
+        value = float(text) if text else default
+    except ValueError:
+        return default
+    return float(min(max(value, low), high)) if value == value else default
+
+
+def operator_environment(
+    prometheus_url: str | None = None,
+    prometheus_token_file: str | None = None,
+    prometheus_ca_file: str | None = None,
+    allowed_prometheus_urls: list[str] | None = None,
+    allowed_host_paths: list[str] | None = None,
+    operator_namespace: str | None = None,
+    operator_pod_labels: str | None = None,
+    prometheus_namespace_labels: str | None = None,
+    prometheus_pod_labels: str | None = None,
+    allow_prometheus_headers_to_default: bool = False,
+    workers: int | None = None,
+    resync_seconds: float | None = None,
+) -> dict[str, str]:
+    """`run`'s flags as the variables they override (`ENV_*`): only the flags given appear, so a variable the chart
+    sets stays where no flag is given. Pure."""
+    values = {
+        ENV_PROMETHEUS_URL: prometheus_url,
+        ENV_PROMETHEUS_TOKEN_FILE: prometheus_token_file,
+        ENV_PROMETHEUS_CA_FILE: prometheus_ca_file,
+        ENV_ALLOWED_PROMETHEUS_URLS: ",".join(allowed_prometheus_urls or []),
+        ENV_ALLOWED_HOST_PATHS: ",".join(allowed_host_paths or []),
+        ENV_OPERATOR_NAMESPACE: operator_namespace,
+        ENV_OPERATOR_POD_LABELS: operator_pod_labels,
+        ENV_PROMETHEUS_NAMESPACE_LABELS: prometheus_namespace_labels,
+        ENV_PROMETHEUS_POD_LABELS: prometheus_pod_labels,
+        ENV_ALLOW_PROMETHEUS_HEADERS_TO_DEFAULT: "true" if allow_prometheus_headers_to_default else None,
+        ENV_WORKERS: None if workers is None else str(workers),
+        ENV_RESYNC_SECONDS: None if resync_seconds is None else str(resync_seconds),
+    }
+    return {env: value for env, value in values.items() if value}
+
+
+def load_settings(env: Mapping[str, str]) -> OperatorSettings:
+    """The settings from variables (`ENV_*`: the environment with `run`'s flags over it). Pure."""
     return OperatorSettings(
         pod_policy=PodPolicy(allowed_host_paths=_items(env.get(ENV_ALLOWED_HOST_PATHS, ""))),
         allowed_prometheus_urls=_items(env.get(ENV_ALLOWED_PROMETHEUS_URLS, "")),
@@ -149,4 +213,11 @@ def load_settings(environ: Mapping[str, str] | None = None) -> OperatorSettings:
             prometheus_namespace_labels=_labels(env.get(ENV_PROMETHEUS_NAMESPACE_LABELS, "")),
             prometheus_pod_labels=_labels(env.get(ENV_PROMETHEUS_POD_LABELS, "")),
         ),
+        default_prometheus=DefaultPrometheus(
+            url=env.get(ENV_PROMETHEUS_URL) or None,
+            token_file=env.get(ENV_PROMETHEUS_TOKEN_FILE) or None,
+            ca_file=env.get(ENV_PROMETHEUS_CA_FILE) or None,
+        ),
+        workers=int(_bounded(env.get(ENV_WORKERS), DEFAULT_WORKERS, 1, 256)),
+        resync_seconds=_bounded(env.get(ENV_RESYNC_SECONDS), DEFAULT_RESYNC_SECONDS, 1.0, 3600.0),
     )

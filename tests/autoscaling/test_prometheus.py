@@ -9,6 +9,7 @@ import json
 import threading
 import time
 from collections.abc import Callable, Iterator
+from dataclasses import replace
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 from typing import Any
@@ -18,8 +19,8 @@ import pytest
 from kubernetes import client
 
 from sglang_operator.api.spec import AutoscalingSpec, AutoscalingWindows, BurstyTraffic, ServiceLevel, SustainedRise
-from sglang_operator.autoscaling.credentials import TOKEN_FILE_ENV, ca_file
-from sglang_operator.autoscaling.loop import PROMETHEUS_URL_ENV, read_metrics
+from sglang_operator.autoscaling.autoscale_pass import read_metrics
+from sglang_operator.autoscaling.credentials import ca_file
 from sglang_operator.autoscaling.prometheus import (
     Credentials,
     Queries,
@@ -28,7 +29,7 @@ from sglang_operator.autoscaling.prometheus import (
     fetch_samples,
     read_samples,
 )
-from sglang_operator.settings import ENV_ALLOW_PROMETHEUS_HEADERS_TO_DEFAULT, ENV_ALLOWED_PROMETHEUS_URLS
+from sglang_operator.settings import ENV_ALLOWED_PROMETHEUS_URLS, DefaultPrometheus, OperatorSettings, load_settings
 from tests.router.fakehttp import Reply, serving
 
 Answer = tuple[int, Any]  # (HTTP status, JSON body)
@@ -377,14 +378,15 @@ def test_the_operators_token_goes_only_to_its_own_prometheus(
     fake = prometheus(HEALTHY)
     token = tmp_path / "token"
     token.write_text("first\n")
-    monkeypatch.setenv(PROMETHEUS_URL_ENV, fake.url)
-    monkeypatch.setenv(TOKEN_FILE_ENV, str(token))
-    monkeypatch.setenv(ENV_ALLOWED_PROMETHEUS_URLS, fake.url)  # the CR below that names its own URL is allowed it
+    settings = OperatorSettings(  # the CR below that names its own URL is allowed it
+        default_prometheus=DefaultPrometheus(url=fake.url, token_file=str(token)), allowed_prometheus_urls=(fake.url,)
+    )
     core = client.CoreV1Api(client.ApiClient())  # never called: no CR here names a Secret
 
-    def authorizations(autoscaling: dict[str, Any]) -> set[str | None]:
+    def authorizations(autoscaling: dict[str, Any], settings: OperatorSettings = settings) -> set[str | None]:
         fake.headers.clear()
-        samples, error = read_metrics(core, "team-a", "chat", AutoscalingSpec.model_validate(autoscaling), 1000.0)
+        spec = AutoscalingSpec.model_validate(autoscaling)
+        samples, error = read_metrics(core, "team-a", "chat", spec, 1000.0, settings)
         assert error is None and samples is not None
         return {h.get("Authorization") for h in fake.headers}
 
@@ -393,12 +395,12 @@ def test_the_operators_token_goes_only_to_its_own_prometheus(
     assert authorizations({"enabled": True}) == {"Bearer rotated"}  # read every pass
     assert authorizations({"enabled": True, "prometheusURL": fake.url}) == {None}  # a CR's own URL: never
     tenant = {"enabled": True, "prometheusAuth": {"headers": {"X-Scope-OrgID": "team-a"}}}
-    monkeypatch.setenv(ENV_ALLOW_PROMETHEUS_HEADERS_TO_DEFAULT, "true")  # tenant headers to the default: allowed
-    assert authorizations(tenant) == {None}  # a CR's prometheusAuth replaces the operator's credentials
+    headers_allowed = replace(settings, allow_prometheus_headers_to_default=True)  # tenant headers to the default
+    assert authorizations(tenant, headers_allowed) == {None}  # a CR's prometheusAuth replaces the operator's
     assert {h["X-Scope-OrgID"] for h in fake.headers} == {"team-a"}
 
     token.unlink()
-    samples, error = read_metrics(core, "team-a", "chat", AutoscalingSpec(enabled=True), 1000.0)
+    samples, error = read_metrics(core, "team-a", "chat", AutoscalingSpec(enabled=True), 1000.0, settings)
     assert (
         samples is None and error == f"--prometheus-bearer-token-file: cannot read {token}: No such file or directory"
     )
@@ -423,20 +425,20 @@ def test_a_cr_url_the_operator_does_not_allow_is_never_contacted(
     prometheus: Callable[..., FakePrometheus], monkeypatch: pytest.MonkeyPatch, allowed: str, url: str
 ) -> None:
     fake = prometheus(HEALTHY)
-    monkeypatch.setenv(ENV_ALLOWED_PROMETHEUS_URLS, allowed.format(fake=fake.url))
+    settings = load_settings({ENV_ALLOWED_PROMETHEUS_URLS: allowed.format(fake=fake.url)})
     own_url = url.format(fake=fake.url)
     auth = {"bearerTokenSecretRef": {"name": "prom", "key": "token"}}
     spec = AutoscalingSpec.model_validate({"enabled": True, "prometheusURL": own_url, "prometheusAuth": auth})
-    samples, error = read_metrics(NoSecrets(), "team-a", "chat", spec, 1000.0)  # type: ignore[arg-type]
+    samples, error = read_metrics(NoSecrets(), "team-a", "chat", spec, 1000.0, settings)  # type: ignore[arg-type]
     assert samples is None and fake.queries == []
     assert error == (f"prometheusURL {own_url!r} is not allowed by the operator's settings (--allow-prometheus-url)")
 
 
 def test_an_allowed_cr_url_is_read(prometheus: Callable[..., FakePrometheus], monkeypatch: pytest.MonkeyPatch) -> None:
     fake = prometheus(HEALTHY)
-    monkeypatch.setenv(ENV_ALLOWED_PROMETHEUS_URLS, f"http://other:9090,{fake.url}/")
+    settings = load_settings({ENV_ALLOWED_PROMETHEUS_URLS: f"http://other:9090,{fake.url}/"})
     spec = AutoscalingSpec.model_validate({"enabled": True, "prometheusURL": fake.url})
-    samples, error = read_metrics(NoSecrets(), "team-a", "chat", spec, 1000.0)  # type: ignore[arg-type]
+    samples, error = read_metrics(NoSecrets(), "team-a", "chat", spec, 1000.0, settings)  # type: ignore[arg-type]
     assert error is None and samples is not None and samples.qps == 42.0
 
 

@@ -10,7 +10,7 @@ from typing import Any
 
 from sglang_operator.api.constants import ANNOTATION_WARM
 from sglang_operator.api.validation import parse_spec
-from sglang_operator.autoscaling.loop import autoscaler_status, fleet_state, scale_event
+from sglang_operator.autoscaling.autoscale_pass import autoscaler_status, fleet_state, scale_event
 from sglang_operator.autoscaling.signals import Decision
 from sglang_operator.controller.fleet import desired_replicas
 

@@ -17,7 +17,7 @@ from kubernetes.client.rest import ApiException
 from sglang_operator.api.spec import PrometheusAuth, SGLangDeploymentSpec
 from sglang_operator.autoscaling.credentials import resolve_credentials
 from sglang_operator.controller.reconcile import Reconciler
-from sglang_operator.doctor.run import _router_api_key
+from sglang_operator.doctor.doctor_pass import _router_api_key
 from sglang_operator.runtime.state import TtlCache
 from sglang_operator.secretref import secret_key_text, unusable_credential
 from sglang_operator.settings import OperatorSettings

@@ -11,10 +11,16 @@ from kubernetes import client
 
 from sglang_operator.api.spec import AutoscalingSpec, SGLangDeploymentSpec
 from sglang_operator.api.validation import parse_spec
-from sglang_operator.autoscaling import loop
-from sglang_operator.autoscaling.loop import PROMETHEUS_URL_ENV, autoscale_once, read_metrics
-from sglang_operator.doctor.run import evaluate
-from sglang_operator.settings import ENV_ALLOW_PROMETHEUS_HEADERS_TO_DEFAULT, ENV_ALLOWED_PROMETHEUS_URLS
+from sglang_operator.autoscaling import autoscale_pass as loop
+from sglang_operator.autoscaling.autoscale_pass import autoscale_once, read_metrics
+from sglang_operator.doctor.doctor_pass import evaluate
+from sglang_operator.settings import (
+    ENV_ALLOW_PROMETHEUS_HEADERS_TO_DEFAULT,
+    ENV_PROMETHEUS_URL,
+    DefaultPrometheus,
+    OperatorSettings,
+    load_settings,
+)
 from tests.autoscaling.test_prometheus import HEALTHY, FakePrometheus, NoSecrets
 
 
@@ -40,11 +46,10 @@ TENANT_HEADERS = [{"X-Scope-OrgID": "team-b"}, {"x-scope-orgid": "team-b"}, {"TH
 def test_tenant_headers_never_reach_the_operators_default_prometheus(
     fake: FakePrometheus, monkeypatch: pytest.MonkeyPatch, headers: dict[str, str]
 ) -> None:
-    monkeypatch.setenv(PROMETHEUS_URL_ENV, fake.url)
-    monkeypatch.delenv(ENV_ALLOW_PROMETHEUS_HEADERS_TO_DEFAULT, raising=False)
+    settings = OperatorSettings(default_prometheus=DefaultPrometheus(url=fake.url))
     auth = {"headers": headers, "bearerTokenSecretRef": {"name": "prom"}}
     spec = AutoscalingSpec.model_validate({"enabled": True, "prometheusAuth": auth})
-    samples, error = read_metrics(NoSecrets(), "team-a", "chat", spec, 1000.0)  # type: ignore[arg-type]
+    samples, error = read_metrics(NoSecrets(), "team-a", "chat", spec, 1000.0, settings)  # type: ignore[arg-type]
     assert (samples, error) == (None, REFUSED)
     assert fake.queries == []  # no request at all, and no Secret read (NoSecrets)
 
@@ -53,10 +58,9 @@ def test_tenant_headers_never_reach_the_operators_default_prometheus(
 def test_the_admin_may_allow_tenant_headers_to_the_default_prometheus(
     fake: FakePrometheus, monkeypatch: pytest.MonkeyPatch, headers: dict[str, str]
 ) -> None:
-    monkeypatch.setenv(PROMETHEUS_URL_ENV, fake.url)
-    monkeypatch.setenv(ENV_ALLOW_PROMETHEUS_HEADERS_TO_DEFAULT, "true")
+    settings = load_settings({ENV_PROMETHEUS_URL: fake.url, ENV_ALLOW_PROMETHEUS_HEADERS_TO_DEFAULT: "true"})
     spec = AutoscalingSpec.model_validate({"enabled": True, "prometheusAuth": {"headers": headers}})
-    samples, error = read_metrics(NoSecrets(), "team-a", "chat", spec, 1000.0)  # type: ignore[arg-type]
+    samples, error = read_metrics(NoSecrets(), "team-a", "chat", spec, 1000.0, settings)  # type: ignore[arg-type]
     assert error is None and samples is not None
     (name, value), *_ = headers.items()
     assert fake.headers and all({k.lower(): v for k, v in h.items()}[name.lower()] == value for h in fake.headers)
@@ -65,12 +69,11 @@ def test_the_admin_may_allow_tenant_headers_to_the_default_prometheus(
 def test_a_crs_own_allowed_prometheus_gets_its_tenant_header(
     fake: FakePrometheus, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    monkeypatch.setenv(ENV_ALLOWED_PROMETHEUS_URLS, fake.url)
-    monkeypatch.delenv(ENV_ALLOW_PROMETHEUS_HEADERS_TO_DEFAULT, raising=False)
+    settings = OperatorSettings(allowed_prometheus_urls=(fake.url,))
     spec = AutoscalingSpec.model_validate(
         {"enabled": True, "prometheusURL": fake.url, "prometheusAuth": {"headers": {"X-Scope-OrgID": "team-a"}}}
     )
-    samples, error = read_metrics(NoSecrets(), "team-a", "chat", spec, 1000.0)  # type: ignore[arg-type]
+    samples, error = read_metrics(NoSecrets(), "team-a", "chat", spec, 1000.0, settings)  # type: ignore[arg-type]
     assert error is None and samples is not None
     assert {h["X-Scope-OrgID"] for h in fake.headers} == {"team-a"}
 
@@ -102,12 +105,12 @@ def body(autoscaling: dict[str, Any]) -> dict[str, Any]:
 def test_the_autoscaler_reports_the_refusal_in_metrics_available(
     fake: FakePrometheus, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    monkeypatch.setenv(PROMETHEUS_URL_ENV, fake.url)
-    monkeypatch.delenv(ENV_ALLOW_PROMETHEUS_HEADERS_TO_DEFAULT, raising=False)
+    settings = OperatorSettings(default_prometheus=DefaultPrometheus(url=fake.url))
     monkeypatch.setattr(loop, "Writer", RecordingWriter)
     RecordingWriter.written.clear()
     cr = body({"prometheusAuth": {"headers": {"X-Scope-OrgID": "team-b"}}})
-    autoscale_once(client.ApiClient(), "team-a", "chat", now=datetime(2026, 1, 1, tzinfo=UTC), body=cr, pods=[])
+    now = datetime(2026, 1, 1, tzinfo=UTC)
+    autoscale_once(client.ApiClient(), settings, "team-a", "chat", now=now, body=cr, pods=[])
     (status,) = RecordingWriter.written
     (available,) = [c for c in status["conditions"] if c["type"] == "MetricsAvailable"]
     assert (available["status"], available["message"]) == ("False", REFUSED)
@@ -117,11 +120,10 @@ def test_the_autoscaler_reports_the_refusal_in_metrics_available(
 def test_the_doctor_sends_no_tenant_header_to_the_default_prometheus(
     fake: FakePrometheus, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    monkeypatch.setenv(PROMETHEUS_URL_ENV, fake.url)
-    monkeypatch.delenv(ENV_ALLOW_PROMETHEUS_HEADERS_TO_DEFAULT, raising=False)
+    settings = OperatorSettings(default_prometheus=DefaultPrometheus(url=fake.url))
     cr = body({"prometheusAuth": {"headers": {"X-Scope-OrgID": "team-b"}}})
     spec = SGLangDeploymentSpec.model_validate(cr["spec"])
-    evaluation = evaluate(client.ApiClient(), cr, spec, [], now=1000.0, read_secret=lambda ns, n: None)
+    evaluation = evaluate(client.ApiClient(), cr, spec, [], settings, now=1000.0, read_secret=lambda ns, n: None)
     assert evaluation.metrics is None and fake.queries == []
 
 
@@ -133,7 +135,7 @@ def test_a_header_outside_the_allowlist_is_refused_and_never_sent(
     fake: FakePrometheus, monkeypatch: pytest.MonkeyPatch, name: str
 ) -> None:
     """Even a CR the API server let through (an older CRD) is refused by the operator's own parse: no request."""
-    monkeypatch.setenv(ENV_ALLOWED_PROMETHEUS_URLS, fake.url)
+    settings = OperatorSettings(allowed_prometheus_urls=(fake.url,))
     monkeypatch.setattr(loop, "Writer", RecordingWriter)
     cr = body({"prometheusURL": fake.url, "prometheusAuth": {"headers": {name: "1"}}})
     spec, errors = parse_spec(cr["spec"])
@@ -142,5 +144,5 @@ def test_a_header_outside_the_allowlist_is_refused_and_never_sent(
         and [e.field for e in errors]
         and all(e.field == "spec.autoscaling.prometheusAuth.headers" for e in errors)
     )
-    result = autoscale_once(client.ApiClient(), "team-a", "chat", body=cr, pods=[])
+    result = autoscale_once(client.ApiClient(), settings, "team-a", "chat", body=cr, pods=[])
     assert result.decision is None and fake.queries == []

@@ -7,34 +7,34 @@ from typing import Any
 
 import pytest
 
+from sglang_operator.controller import loop as reconcile_loop
 from sglang_operator.controller.reconcile import PassResult
-from sglang_operator.runtime import watches as handlers
-from sglang_operator.runtime.runner import operator_environment
+from sglang_operator.runtime import wakeups, watches
 from sglang_operator.runtime.state import pod_signature, serving_member, spec_unobserved
 from sglang_operator.runtime.supervisor import Stopped
 from sglang_operator.runtime.workqueue import Priority, PriorityPool, run_in_pool
-from sglang_operator.settings import load_settings
+from sglang_operator.settings import OperatorSettings, load_settings, operator_environment
 
 from .waiting import until
 
 
 def test_the_wakeup_map_holds_running_loops_only() -> None:
-    handlers._wakeups.clear()
-    handlers._seen.clear()
-    handlers._wake("team-a", "gone")  # a pod event of a CR with no loop: adds nothing
-    assert handlers._pod_priority("team-a", "gone", "uid-1", 1, serving=True) == Priority.EVENT
-    assert handlers._wakeups == {} and handlers._seen == {}
-    wake = handlers._register("team-a", "chat")
-    handlers._wake("team-a", "chat")
+    wakeups._wakeups.clear()
+    wakeups._seen.clear()
+    wakeups.wake("team-a", "gone")  # a pod event of a CR with no loop: adds nothing
+    assert wakeups.pod_priority("team-a", "gone", "uid-1", 1, serving=True) == Priority.EVENT
+    assert wakeups._wakeups == {} and wakeups._seen == {}
+    wake = wakeups.register("team-a", "chat")
+    wakeups.wake("team-a", "chat")
     assert wake.event.is_set()
-    handlers._unregister("team-a", "chat", handlers.Wakeup())  # someone else's entry: kept
-    assert ("team-a", "chat") in handlers._wakeups
-    handlers._unregister("team-a", "chat", wake)
-    assert handlers._wakeups == {} and handlers._seen == {}
+    wakeups.unregister("team-a", "chat", wakeups.Wakeup())  # someone else's entry: kept
+    assert ("team-a", "chat") in wakeups._wakeups
+    wakeups.unregister("team-a", "chat", wake)
+    assert wakeups._wakeups == {} and wakeups._seen == {}
 
 
 def test_a_wakeup_keeps_the_highest_priority_asked_for_until_taken() -> None:
-    wake = handlers.Wakeup()
+    wake = wakeups.Wakeup()
     assert wake.take() == Priority.RESYNC and not wake.event.is_set()
     wake.set(Priority.EVENT)
     wake.set(Priority.REGISTRATION)
@@ -54,13 +54,13 @@ def _worker(ready: str = "True", **meta: Any) -> dict[str, Any]:
 
 
 def test_only_a_worker_newly_serving_asks_for_registration_priority() -> None:
-    handlers._wakeups.clear()
-    handlers._seen.clear()
-    wake = handlers._register("team-a", "chat")
+    wakeups._wakeups.clear()
+    wakeups._seen.clear()
+    wake = wakeups.register("team-a", "chat")
 
     def priority(pod: dict[str, Any] | None, uid: str | None = "uid-1") -> Priority | None:
         signature = None if pod is None else pod_signature(pod)
-        return handlers._pod_priority("team-a", "chat", uid, signature, pod is not None and serving_member(pod))
+        return wakeups.pod_priority("team-a", "chat", uid, signature, pod is not None and serving_member(pod))
 
     assert priority(_worker(ready="False")) == Priority.EVENT  # starting
     assert priority(_worker()) == Priority.REGISTRATION  # turned Ready
@@ -69,19 +69,19 @@ def test_only_a_worker_newly_serving_asks_for_registration_priority() -> None:
     assert priority(_worker()) == Priority.REGISTRATION  # back
     assert priority(_worker(), uid=None) == Priority.EVENT
     assert priority(None) == Priority.EVENT  # deleted: forgotten
-    assert handlers._seen[("team-a", "chat")] == {}
-    handlers._unregister("team-a", "chat", wake)
-    assert handlers._seen == {}
+    assert wakeups._seen[("team-a", "chat")] == {}
+    wakeups.unregister("team-a", "chat", wake)
+    assert wakeups._seen == {}
 
 
 def test_a_pod_update_no_pass_reads_wakes_nothing() -> None:
     """Bound to a node, scheduled, a container created: the pass would read the same pod, so no wake-up; a new
     phase, IP, restart or owner does wake the loop."""
-    handlers._wakeups.clear()
-    handlers._seen.clear()
-    wake = handlers._register("team-a", "chat")
+    wakeups._wakeups.clear()
+    wakeups._seen.clear()
+    wake = wakeups.register("team-a", "chat")
     pending = _worker(ready="False")
-    assert handlers._pod_priority("team-a", "chat", "u", pod_signature(pending), False) == Priority.EVENT
+    assert wakeups.pod_priority("team-a", "chat", "u", pod_signature(pending), False) == Priority.EVENT
     scheduled = {
         **pending,
         "spec": {"nodeName": "node-1"},
@@ -91,14 +91,14 @@ def test_a_pod_update_no_pass_reads_wakes_nothing() -> None:
             "hostIP": "127.0.0.1",
         },
     }
-    assert handlers._pod_priority("team-a", "chat", "u", pod_signature(scheduled), False) is None
+    assert wakeups.pod_priority("team-a", "chat", "u", pod_signature(scheduled), False) is None
     changes = [{"phase": "Running"}, {"podIP": "127.113.0.5"}, {"containerStatuses": [{"restartCount": 1}]}]
     for change in changes:
         changed = {**scheduled, "status": {**scheduled["status"], **change}}
-        assert handlers._pod_priority("team-a", "chat", "u", pod_signature(changed), False) == Priority.EVENT
+        assert wakeups.pod_priority("team-a", "chat", "u", pod_signature(changed), False) == Priority.EVENT
     owned = {**scheduled, "metadata": {**scheduled["metadata"], "ownerReferences": [{"uid": "cr"}]}}
-    assert handlers._pod_priority("team-a", "chat", "u", pod_signature(owned), False) == Priority.EVENT
-    handlers._unregister("team-a", "chat", wake)
+    assert wakeups.pod_priority("team-a", "chat", "u", pod_signature(owned), False) == Priority.EVENT
+    wakeups.unregister("team-a", "chat", wake)
 
 
 def test_serving_member_is_a_ready_worker_or_router_neither_deleted_nor_draining() -> None:
@@ -122,6 +122,7 @@ def test_run_flags_become_the_operators_settings() -> None:
         prometheus_pod_labels="app=prometheus",
     )
     settings = load_settings(env)
+    assert (settings.workers, settings.resync_seconds) == (8, 5.0)
     assert settings.prometheus_url_allowed("http://prom:9090/api") and not settings.prometheus_url_allowed("http://x")
     assert settings.pod_policy.host_path_allowed("/models/llama") and not settings.pod_policy.host_path_allowed("/")
     assert settings.network.operator_namespace == "ops"
@@ -132,7 +133,7 @@ def test_run_flags_become_the_operators_settings() -> None:
 
 
 def test_the_autoscaler_interval_never_breaks_its_daemon() -> None:
-    from sglang_operator.autoscaling.daemon import MAX_INTERVAL_SECONDS, interval_seconds
+    from sglang_operator.autoscaling.loop import MAX_INTERVAL_SECONDS, interval_seconds
 
     assert interval_seconds({"autoscaling": {"intervalSeconds": 30}}) == 30.0
     assert interval_seconds({"autoscaling": {"intervalSeconds": 2**33}}) == MAX_INTERVAL_SECONDS
@@ -149,12 +150,11 @@ def test_a_cr_whose_spec_no_pass_has_seen_goes_first_after_a_start() -> None:
     assert not spec_unobserved({"metadata": {"generation": 3}, "status": {"observedGeneration": 3}})
 
 
-def wire_fake_loop(monkeypatch: pytest.MonkeyPatch, reconciler: type, pooled: Any, resync: float) -> None:
-    """Run the real reconcile loop over a fake reconciler and a pool stand-in, with the given resync period."""
-    monkeypatch.setattr(handlers, "Reconciler", reconciler)
-    monkeypatch.setattr(handlers, "api_client", lambda: None)
-    monkeypatch.setattr(handlers, "run_in_pool", pooled)
-    monkeypatch.setattr(handlers, "resync_seconds", lambda: resync)
+def wire_fake_loop(monkeypatch: pytest.MonkeyPatch, reconciler: type, pooled: Any) -> None:
+    """Run the real reconcile loop over a fake reconciler and a pool stand-in."""
+    monkeypatch.setattr(reconcile_loop, "Reconciler", reconciler)
+    monkeypatch.setattr(reconcile_loop, "api_client", lambda: None)
+    monkeypatch.setattr(reconcile_loop, "run_in_pool", pooled)
 
 
 def test_a_pod_turning_ready_takes_back_the_loops_queued_pass_and_it_runs_on_a_fresh_snapshot(
@@ -171,7 +171,7 @@ def test_a_pod_turning_ready_takes_back_the_loops_queued_pass_and_it_runs_on_a_f
     stopped = Stopped()
 
     class FakeReconciler:
-        def __init__(self, _api: object) -> None:
+        def __init__(self, _api: object, _settings: OperatorSettings) -> None:
             pass
 
         def run(self, snapshot: Any) -> PassResult:
@@ -182,7 +182,7 @@ def test_a_pod_turning_ready_takes_back_the_loops_queued_pass_and_it_runs_on_a_f
     async def pooled(fn: Any, priority: Priority = Priority.RESYNC, preempt: Any = None) -> Any:
         return await run_in_pool(fn, pool, priority, preempt)
 
-    wire_fake_loop(monkeypatch, FakeReconciler, pooled, resync=0.01)  # the loop sees `stopped` at once
+    wire_fake_loop(monkeypatch, FakeReconciler, pooled)
 
     async def main() -> None:
         taken = threading.Event()
@@ -194,13 +194,14 @@ def test_a_pod_turning_ready_takes_back_the_loops_queued_pass_and_it_runs_on_a_f
         busy = asyncio.ensure_future(run_in_pool(blocker, pool))
         await until(taken.is_set)
         empty: dict[Any, Any] = {}
-        loop = asyncio.ensure_future(handlers.sgld_reconcile_loop(
-            stopped=stopped, name="chat", namespace="team-a", body=body, sgld_pods=pods, sgld_services=empty,
+        loop = asyncio.ensure_future(reconcile_loop.sgld_reconcile_loop(
+            stopped=stopped, name="chat", namespace="team-a", body=body, settings=OperatorSettings(resync_seconds=0.01),
+            sgld_pods=pods, sgld_services=empty,
             sgld_deployments=empty, sgld_networkpolicies=empty, sgld_podmonitors=empty, sgld_inferencepools=empty,
             sgld_scale_targets=empty))  # fmt: skip
         await until(lambda: pool._queue.qsize() == 1)  # the loop's first pass (an event's: no status yet) queues
         pods[("team-a", "chat")] = [{"metadata": {"name": "chat-0-0", "uid": "p"}}]
-        handlers._wake("team-a", "chat", Priority.REGISTRATION)
+        wakeups.wake("team-a", "chat", Priority.REGISTRATION)
         await until(lambda: pool._queue.qsize() == 2)  # taken back (a cancelled entry stays queued) and resubmitted
         release.set()
         await asyncio.wait_for(asyncio.gather(busy, loop), 5)
@@ -222,7 +223,7 @@ def test_a_pass_that_changed_the_routers_is_followed_up_soon_at_registrations_pr
     stopped = Stopped()
 
     class FakeReconciler:
-        def __init__(self, _api: object) -> None:
+        def __init__(self, _api: object, _settings: OperatorSettings) -> None:
             pass
 
         def run(self, snapshot: Any) -> PassResult:
@@ -232,24 +233,25 @@ def test_a_pass_that_changed_the_routers_is_followed_up_soon_at_registrations_pr
         priorities.append(priority)
         return fn()
 
-    wire_fake_loop(monkeypatch, FakeReconciler, pooled, resync=30.0)  # no resync pass within the test
-    monkeypatch.setattr(handlers, "FOLLOW_UP_SECONDS", 0.01)
+    wire_fake_loop(monkeypatch, FakeReconciler, pooled)
+    monkeypatch.setattr(reconcile_loop, "FOLLOW_UP_SECONDS", 0.01)
 
     async def main() -> None:
         empty: dict[Any, Any] = {}
-        loop = asyncio.ensure_future(handlers.sgld_reconcile_loop(
-            stopped=stopped, name="chat", namespace="team-a", body=body, sgld_pods=empty, sgld_services=empty,
+        loop = asyncio.ensure_future(reconcile_loop.sgld_reconcile_loop(
+            stopped=stopped, name="chat", namespace="team-a", body=body, settings=OperatorSettings(resync_seconds=30.0),
+            sgld_pods=empty, sgld_services=empty,
             sgld_deployments=empty, sgld_networkpolicies=empty, sgld_podmonitors=empty, sgld_inferencepools=empty,
             sgld_scale_targets=empty))  # fmt: skip
         await until(lambda: len(priorities) == 2)  # the first pass registered: a follow-up, which changed nothing
         await asyncio.sleep(0.1)
         assert priorities == [Priority.EVENT, Priority.REGISTRATION]  # then the resync period
-        handlers._wake("team-a", "chat")  # an event: a pass that registers, and a router that never lists it
+        wakeups.wake("team-a", "chat")  # an event: a pass that registers, and a router that never lists it
         await until(lambda: len(priorities) == 6)
         await asyncio.sleep(0.1)
-        assert priorities[2:] == [Priority.EVENT] + [Priority.REGISTRATION] * handlers.MAX_FOLLOW_UPS
+        assert priorities[2:] == [Priority.EVENT] + [Priority.REGISTRATION] * reconcile_loop.MAX_FOLLOW_UPS
         stopped.set()
-        handlers._wake("team-a", "chat")
+        wakeups.wake("team-a", "chat")
         await asyncio.wait_for(loop, 5)
 
     asyncio.run(main())
@@ -272,6 +274,6 @@ def test_kopf_keeps_no_diff_base() -> None:
     """No change handler reads kopf's diffs: building one would deep-copy every object on every event."""
     import kopf
 
-    storage = handlers.NoDiffBase()
+    storage = watches.NoDiffBase()
     body = kopf.Body({"metadata": {"name": "p", "annotations": {"x": "y"}}, "spec": {"big": list(range(100))}})
     assert storage.build(body=body) == {} and storage.fetch(body=body) is None

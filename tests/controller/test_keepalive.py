@@ -10,8 +10,7 @@ import kopf
 import pytest
 from aiohttp import web
 
-from sglang_operator.runtime import kube, runner
-from sglang_operator.runtime import watches as handlers
+from sglang_operator.runtime import kube, runner, watches
 from sglang_operator.runtime.keepalive import (
     IDLE_SECONDS,
     PROBE_COUNT,
@@ -20,6 +19,7 @@ from sglang_operator.runtime.keepalive import (
     set_keepalive,
     urllib3_socket_options,
 )
+from sglang_operator.settings import OperatorSettings
 
 
 def keepalive_of(sock: Any) -> tuple[int, int, int, int]:
@@ -87,8 +87,7 @@ def test_run_runs_kopf_on_the_keepalive_loop(monkeypatch: pytest.MonkeyPatch) ->
         seen.append((type(asyncio.get_running_loop()), await aiohttp_client_socket()))
 
     monkeypatch.setattr(kopf, "operator", operator)
-    monkeypatch.setattr(handlers.SUPERVISOR, "lead", lambda: None)
-    assert runner.run_operator(namespaces=["ns"], verbose=False) == 0
+    assert runner.run_operator([], OperatorSettings(), namespaces=["ns"], verbose=False) == 0
     assert seen == [(KeepaliveEventLoop, WANTED)]
 
 
@@ -115,6 +114,6 @@ def test_the_sync_clients_connections_get_keepalive_whatever_its_version(monkeyp
 
 def test_watches_are_reopened_every_30_minutes() -> None:
     settings = kopf.OperatorSettings()
-    asyncio.run(handlers.configure(settings=settings))
+    watches.configure(settings, workers=4)
     assert settings.watching.server_timeout == 1800
     assert settings.watching.client_timeout == 1830

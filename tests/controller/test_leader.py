@@ -136,7 +136,7 @@ def test_record_from_lease_tolerates_a_bare_lease() -> None:
 
 def test_identity_and_namespace_defaults(tmp_path: Path) -> None:
     assert leader.default_identity({"POD_NAME": "sgo-7d9f-abcde"}) == "sgo-7d9f-abcde"
-    one, two = leader.new_identity("sgo-7d9f-abcde"), leader.new_identity("sgo-7d9f-abcde")
+    one, two = leader.new_identity("sgo-7d9f-abcde", {}), leader.new_identity("sgo-7d9f-abcde", {})
     assert one.startswith("sgo-7d9f-abcde_") and one != two  # a restarted pod is a new candidate
     ns_file = tmp_path / "namespace"
     assert leader.default_namespace({"POD_NAMESPACE": "ops"}, ns_file) == "ops"

@@ -28,12 +28,10 @@ from sglang_operator.runtime.workqueue import (
     Priority,
     PriorityPool,
     backoff_seconds,
-    pool_size,
-    resync_seconds,
     run_in_pool,
 )
 from sglang_operator.runtime.writer import possible_children
-from sglang_operator.settings import OperatorSettings
+from sglang_operator.settings import OperatorSettings, load_settings
 
 from .fakekube import FakeKube, wire
 
@@ -192,9 +190,9 @@ def test_backoff_and_settings() -> None:
     assert backoff_seconds(0, 5.0) == 5.0
     assert [backoff_seconds(n, 5.0) for n in (1, 2, 3, 4)] == [1.0, 2.0, 4.0, 8.0]
     assert backoff_seconds(50, 5.0) == 60.0
-    assert pool_size({}) == 8 and pool_size({"SGLANG_OPERATOR_WORKERS": "3"}) == 3
-    assert pool_size({"SGLANG_OPERATOR_WORKERS": "lots"}) == 8 and pool_size({"SGLANG_OPERATOR_WORKERS": "0"}) == 1
-    assert resync_seconds({"SGLANG_OPERATOR_RESYNC_SECONDS": "nan"}) == 5.0
+    workers = {text: load_settings({"SGLANG_OPERATOR_WORKERS": text}).workers for text in ("", "3", "lots", "0")}
+    assert workers == {"": 8, "3": 3, "lots": 8, "0": 1}
+    assert load_settings({"SGLANG_OPERATOR_RESYNC_SECONDS": "nan"}).resync_seconds == 5.0
 
 
 def test_the_pool_bounds_threads_and_measures_its_queue() -> None:

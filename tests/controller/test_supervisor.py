@@ -23,9 +23,9 @@ from sglang_operator.runtime.supervisor import (
     Stopped,
     Supervisor,
     finalizer_patch,
-    patch_cr,
     wanted_loops,
 )
+from sglang_operator.runtime.writer import Writer
 
 from .waiting import until
 
@@ -78,7 +78,7 @@ def test_the_finalizer_patch_is_sent_as_a_json_patch() -> None:
     patch = finalizer_patch(cr(rv="7"))
     assert patch is not None
     with pytest.raises(RuntimeError, match="recorded"):
-        patch_cr(Recording(), "team-a", "chat", patch)
+        Writer(Recording()).patch_finalizers("team-a", "chat", patch)
     method, url, content_type, body = sent[0]
     assert (method, content_type) == ("PATCH", "application/json-patch+json")
     assert url.endswith("/apis/sglang.ai/v1alpha1/namespaces/team-a/sglangdeployments/chat") and body == patch

@@ -4,7 +4,7 @@ from typing import Any
 
 import pytest
 
-from sglang_operator.doctor.daemon import _enabled, interval_seconds
+from sglang_operator.doctor.loop import _enabled, interval_seconds
 
 FINDING = {"type": "SlowStart", "pod": "p", "evidence": "e", "action": "a", "since": "t"}
 

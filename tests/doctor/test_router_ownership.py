@@ -15,8 +15,9 @@ from kubernetes import client
 
 from sglang_operator.api.constants import COMPONENT_ROUTER, LABEL_COMPONENT, LABEL_DEPLOYMENT
 from sglang_operator.api.spec import SGLangDeploymentSpec
-from sglang_operator.doctor.run import evaluate
+from sglang_operator.doctor.doctor_pass import evaluate
 from sglang_operator.observed import router_pod_of
+from sglang_operator.settings import OperatorSettings
 from tests.router.fakehttp import FakeHTTP, Reply, serving
 
 KEY = "ROUTER-KEY-89ab"
@@ -78,7 +79,8 @@ def test_a_pod_labelled_as_the_router_but_not_owned_receives_nothing(
         assert (namespace, name) == ("team-a", "router-key")
         return {"data": {"token": base64.b64encode(KEY.encode()).decode()}}
 
-    evaluate(client.ApiClient(), body, spec, pods, now=1000.0, prometheus_url="http://127.0.0.1:9", as_user=True,
+    evaluate(client.ApiClient(), body, spec, pods, OperatorSettings(), now=1000.0, prometheus_url="http://127.0.0.1:9",
+             as_user=True,
              read_secret=read_secret, deadline_seconds=5)  # fmt: skip
     assert impostor.requests == []
     assert [(r.method, r.path, r.authorization) for r in owned.requests] == [("GET", "/workers", f"Bearer {KEY}")]

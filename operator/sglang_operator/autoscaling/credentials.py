@@ -21,8 +21,6 @@ from ..secretref import secret_key_text, unusable_credential
 from .prometheus import Credentials
 
 CA_DIR = Path(tempfile.gettempdir()) / "sglang-operator-prometheus-ca"
-TOKEN_FILE_ENV = "SGLANG_OPERATOR_PROMETHEUS_TOKEN_FILE"  # set by `run --prometheus-bearer-token-file`
-CA_FILE_ENV = "SGLANG_OPERATOR_PROMETHEUS_CA_FILE"  # set by `run --prometheus-ca-file`
 _AUTH_FIELD = "spec.autoscaling.prometheusAuth"
 
 

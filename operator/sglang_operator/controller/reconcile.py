@@ -43,7 +43,7 @@ from ..runtime.kube import API_TIMEOUT
 from ..runtime.state import KINDS, SECRETS, Expectations, Snapshot, TtlCache
 from ..runtime.writer import ChildRef, KindUnavailable, Outcome, Writer, possible_children, stale_children
 from ..secretref import secret_key_text, unusable_credential
-from ..settings import OperatorSettings, load_settings
+from ..settings import OperatorSettings
 from .apierrors import describe_causes
 from .fleet import GroupPass, group_passes
 from .inferencepool import membership_changes, membership_labels, pool_members
@@ -122,7 +122,7 @@ class Reconciler:
     def __init__(
         self,
         api: client.ApiClient,
-        settings: OperatorSettings | None = None,
+        settings: OperatorSettings,
         secrets: TtlCache | None = None,
         kinds: TtlCache | None = None,
     ) -> None:
@@ -132,7 +132,7 @@ class Reconciler:
         self.apps = client.AppsV1Api(api)
         self.custom = client.CustomObjectsApi(api)
         self.writer = Writer(api)
-        self.settings = settings if settings is not None else load_settings()
+        self.settings = settings
         self.secrets = secrets if secrets is not None else SECRETS
         self.kinds = kinds if kinds is not None else KINDS
         self._snapshot = Snapshot(body={}, pods=[])

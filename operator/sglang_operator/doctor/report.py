@@ -13,8 +13,9 @@ from typing import Any
 
 from ..api.constants import GROUP, LABEL_DEPLOYMENT, PLURAL, VERSION
 from ..api.validation import parse_spec
+from ..settings import OperatorSettings
+from .doctor_pass import evaluate
 from .model import FINDING_TYPES, Candidate
-from .run import evaluate
 
 COLUMNS = ("TYPE", "REPLICA", "POD", "NODE", "EVIDENCE", "ACTION")
 
@@ -34,8 +35,11 @@ def default_namespace() -> str:
         return "default"
 
 
-def examine(name: str, namespace: str, prometheus_url: str | None = None) -> dict[str, Any]:
-    """The report of one evaluation of the fleet `namespace/name`, as JSON-ready data."""
+def examine(
+    name: str, namespace: str, prometheus_url: str | None = None, settings: OperatorSettings | None = None
+) -> dict[str, Any]:
+    """The report of one evaluation of the fleet `namespace/name`, as JSON-ready data. `settings`: where the CLI
+    reads a CR without a Prometheus URL of its own (`$SGLANG_OPERATOR_PROMETHEUS_URL`)."""
     from kubernetes import client
 
     from ..runtime.kube import API_TIMEOUT, api_client
@@ -57,7 +61,9 @@ def examine(name: str, namespace: str, prometheus_url: str | None = None) -> dic
     if spec is None:
         raise DoctorError(f"sgld {namespace}/{name} has an invalid spec: {errors[0].field}: {errors[0].message}")
     pods = [dict(api.sanitize_for_serialization(pod)) for pod in listed.items]
-    evaluation = evaluate(api, body, spec, pods, prometheus_url=prometheus_url, as_user=True)
+    evaluation = evaluate(
+        api, body, spec, pods, settings or OperatorSettings(), prometheus_url=prometheus_url, as_user=True
+    )
     order = {kind: i for i, kind in enumerate(FINDING_TYPES)}
     candidates = sorted(evaluation.diagnosis.candidates, key=lambda c: (order[c.type], c.subject))
     return {

@@ -17,7 +17,6 @@ from __future__ import annotations
 
 import json
 import logging
-import os
 import secrets
 import socket
 import time
@@ -186,8 +185,8 @@ def default_identity(environ: Mapping[str, str]) -> str:
     return environ.get(POD_NAME_ENV) or socket.gethostname()
 
 
-def new_identity(base: str | None = None) -> str:
-    return holder_identity(base or default_identity(os.environ), secrets.token_hex(4))
+def new_identity(base: str | None, environ: Mapping[str, str]) -> str:
+    return holder_identity(base or default_identity(environ), secrets.token_hex(4))
 
 
 def default_namespace(environ: Mapping[str, str], namespace_file: Path = IN_CLUSTER_NAMESPACE_FILE) -> str:

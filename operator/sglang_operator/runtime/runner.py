@@ -1,5 +1,5 @@
-"""`sglang-operator run`: serve the operator's metrics, run kopf with this package's handlers, and (with
-`--leader-elect`) start the per-CR loops only once this process holds the leader Lease.
+"""Run the operator: serve its metrics, run kopf with the runtime's watches and the per-CR loops the entry point
+composed (`app.py`), and (with `--leader-elect`) start those loops only once this process holds the leader Lease.
 
 Every replica runs kopf from the start: its watches and indexes are filled while it stands by, so a new leader
 starts its loops at once instead of listing and indexing every pod and child first (at 200 fleets that was 5 of the
@@ -19,7 +19,7 @@ import asyncio
 import logging
 import os
 import threading
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Final, NoReturn
 
@@ -27,10 +27,16 @@ import kopf
 import prometheus_client
 
 from .. import metrics
+from ..settings import OperatorSettings
 from . import leader
 from .keepalive import KeepaliveEventLoop
+from .kube import api_client
 from .leasetiming import Timing
 from .leasewatch import LOOK_SECONDS, WatchedLeases, lease_events
+from .supervisor import LoopKind, Supervisor
+from .watches import operator_registry
+from .workqueue import start_pool
+from .writer import Writer
 
 log = logging.getLogger(__name__)
 
@@ -39,44 +45,6 @@ LOST_LEASE_EXIT_CODE: Final = 3
 STANDBY_STALE_SECONDS: Final = 30.0
 """A standby whose election loop has not attempted for this long is reported unhealthy (a wedged loop would never
 take over); attempts come every retry period and each call is bounded by the Lease timeout."""
-
-
-def operator_environment(
-    prometheus_url: str | None = None,
-    prometheus_token_file: str | None = None,
-    prometheus_ca_file: str | None = None,
-    allowed_prometheus_urls: list[str] | None = None,
-    allowed_host_paths: list[str] | None = None,
-    operator_namespace: str | None = None,
-    operator_pod_labels: str | None = None,
-    prometheus_namespace_labels: str | None = None,
-    prometheus_pod_labels: str | None = None,
-) -> dict[str, str]:
-    """The environment variables `run` sets from its flags, read by `settings.load_settings` and the autoscaler.
-    Pure; only the flags given appear (the chart may set the variables itself)."""
-    from ..autoscaling.credentials import CA_FILE_ENV, TOKEN_FILE_ENV
-    from ..autoscaling.loop import PROMETHEUS_URL_ENV
-    from ..settings import (
-        ENV_ALLOWED_HOST_PATHS,
-        ENV_ALLOWED_PROMETHEUS_URLS,
-        ENV_OPERATOR_NAMESPACE,
-        ENV_OPERATOR_POD_LABELS,
-        ENV_PROMETHEUS_NAMESPACE_LABELS,
-        ENV_PROMETHEUS_POD_LABELS,
-    )
-
-    values = {
-        PROMETHEUS_URL_ENV: prometheus_url,
-        TOKEN_FILE_ENV: prometheus_token_file,
-        CA_FILE_ENV: prometheus_ca_file,
-        ENV_ALLOWED_PROMETHEUS_URLS: ",".join(allowed_prometheus_urls or []),
-        ENV_ALLOWED_HOST_PATHS: ",".join(allowed_host_paths or []),
-        ENV_OPERATOR_NAMESPACE: operator_namespace,
-        ENV_OPERATOR_POD_LABELS: operator_pod_labels,
-        ENV_PROMETHEUS_NAMESPACE_LABELS: prometheus_namespace_labels,
-        ENV_PROMETHEUS_POD_LABELS: prometheus_pod_labels,
-    }
-    return {env: value for env, value in values.items() if value}
 
 
 @dataclass(frozen=True)
@@ -99,7 +67,6 @@ _election_fresh: list[Callable[[], bool]] = []
 """The running election's liveness check, read by the probe (empty: no election in this process)."""
 
 
-@kopf.on.probe(id="leader_election", errors=kopf.ErrorsMode.PERMANENT)
 async def election_probe(**_: Any) -> str:
     """kopf's liveness URL fails (500) while the election's thread is wedged, leader or standby."""
     if not _election_fresh:
@@ -140,24 +107,26 @@ def start_leading(elector: leader.LeaderElector, stop: threading.Event) -> list[
 
 
 def run_operator(
+    loops: Sequence[LoopKind],
+    settings: OperatorSettings,
     namespaces: list[str],
     verbose: bool,
     liveness: str | None = None,
-    environment: dict[str, str] | None = None,
     leader_election: LeaderElection | None = None,
     metrics_port: int = 0,
     metrics_address: str = "0.0.0.0",
 ) -> int:
-    """Run until kopf stops (0), a standby is stopped (0), or the Lease is lost (`LOST_LEASE_EXIT_CODE`)."""
+    """Run `loops` for every CR until kopf stops (0), a standby is stopped (0), or the Lease is lost
+    (`LOST_LEASE_EXIT_CODE`)."""
     logging.basicConfig(level=logging.DEBUG if verbose else logging.INFO, format="%(asctime)s %(name)s %(message)s")
-    os.environ.update(environment or {})  # the settings' variables, from `operator_environment`
-    from . import watches as handlers
-    from .kube import api_client
-
     metrics.LEADER.set(0 if leader_election else 1)
     if metrics_port:
         serve_metrics(metrics_port, metrics_address)
-    supervisor = handlers.SUPERVISOR
+    start_pool(settings.workers)
+    supervisor = Supervisor(loops, lambda namespace, name, patch: Writer(api_client()).patch_finalizers(
+        namespace, name, patch))  # fmt: skip
+    registry = operator_registry(supervisor, settings.workers)
+    kopf.on.probe(id="leader_election", errors=kopf.ErrorsMode.PERMANENT, registry=registry)(election_probe)
     stopping = threading.Event()  # set once kopf has stopped: the election ends, the renewers stop
     threads: list[threading.Thread] = []
     elector, leases = None, None
@@ -199,6 +168,7 @@ def run_operator(
             threads.append(election)
             election.start()
         await kopf.operator(
+            registry=registry,
             clusterwide=not namespaces,
             namespaces=namespaces,
             standalone=True,  # one writer through the Lease, not kopf's peering

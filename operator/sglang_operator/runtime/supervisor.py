@@ -3,9 +3,10 @@ indexes filled, ready to lead at once) without writing anything.
 
 A kopf daemon makes kopf add its finalizer to every CR it sees and remove it on deletion: two replicas running kopf
 with daemons would both write. Here kopf only watches (indexes and `on.event` handlers, which write nothing), and the
-`Supervisor` runs each registered loop kind (reconcile, autoscaler, doctor) for every CR that wants one, once this
-replica leads. The finalizer (`sglang.ai/operator`) is the leader's, as kopf kept it: added to a CR first seen without
-it, removed from a deleted CR once its loops have stopped, so a CR is never gone while one of its loops still writes.
+`Supervisor` runs each loop kind it was given (reconcile, autoscaler, doctor: the entry point composes them) for every
+CR that wants one, once this replica leads. The finalizer (`sglang.ai/operator`) is the leader's, as kopf kept it:
+added to a CR first seen without it, removed from a deleted CR once its loops have stopped, so a CR is never gone
+while one of its loops still writes.
 
 The decisions (`wanted_loops`, `finalizer_patch`) are pure; `Supervisor` holds the tasks and is driven from the
 event loop only (no lock).
@@ -20,10 +21,7 @@ from collections.abc import Awaitable, Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, Final
 
-from kubernetes import client
-
-from ..api.constants import GROUP, PLURAL, VERSION
-from .kube import API_TIMEOUT
+from ..api.constants import GROUP
 from .workqueue import Priority, run_in_pool
 
 log = logging.getLogger(__name__)
@@ -81,20 +79,6 @@ class LoopKind:
     wanted: Callable[[Mapping[str, Any]], bool]
 
 
-KINDS: list[LoopKind] = []
-"""The loop kinds, registered at import by the modules that define them (`per_cr_loop`)."""
-
-
-def per_cr_loop(name: str, wanted: Callable[[Mapping[str, Any]], bool] = lambda body: True) -> Callable[[Any], Any]:
-    """Register a coroutine function as a loop kind (kopf.daemon's role); the function itself is unchanged."""
-
-    def register(fn: Any) -> Any:
-        KINDS[:] = [kind for kind in KINDS if kind.name != name] + [LoopKind(name, fn, wanted)]
-        return fn
-
-    return register
-
-
 # -- decisions ---------------------------------------------------------------------------------------------------
 def deleting(body: Mapping[str, Any]) -> bool:
     return bool((body.get("metadata") or {}).get("deletionTimestamp"))
@@ -124,15 +108,6 @@ def finalizer_patch(body: Mapping[str, Any], finalizer: str = FINALIZER) -> list
     if "finalizers" not in metadata:
         return [test, {"op": "add", "path": "/metadata/finalizers", "value": [finalizer]}]
     return [test, {"op": "add", "path": "/metadata/finalizers/-", "value": finalizer}]
-
-
-def patch_cr(api: client.ApiClient, namespace: str, name: str, patch: list[dict[str, Any]]) -> None:
-    """Send a JSON patch to a SGLangDeployment. The content type must be named: the client sends any patch of a
-    custom object as a merge patch otherwise, which the API server refuses for a list."""
-    client.CustomObjectsApi(api).patch_namespaced_custom_object(
-        GROUP, VERSION, namespace, PLURAL, name, patch, _request_timeout=API_TIMEOUT,
-        _content_type="application/json-patch+json",
-    )  # fmt: skip
 
 
 # -- the tasks ---------------------------------------------------------------------------------------------------

@@ -2,16 +2,15 @@
 
 Each SGLangDeployment's loops are coroutines (they hold no thread while they wait); a pass itself is blocking I/O
 (the kubernetes client; HTTP calls to routers, workers and Prometheus wait on `httpcall`'s one loop) and runs in
-this pool, so the number of threads is fixed by `SGLANG_OPERATOR_WORKERS`, whatever the number of CRs. Passes beyond
-the pool's size wait in its queue; how many wait and for how long are the metrics `sglang_operator_workqueue_depth`
-and `..._wait_seconds`.
+this pool, so the number of threads is fixed by the settings (`OperatorSettings.workers`), whatever the number of
+CRs. Passes beyond the pool's size wait in its queue; how many wait and for how long are the metrics
+`sglang_operator_workqueue_depth` and `..._wait_seconds`.
 """
 
 import asyncio
 import enum
 import functools
 import itertools
-import os
 import queue
 import threading
 import time
@@ -20,11 +19,8 @@ from concurrent.futures import Future, ThreadPoolExecutor
 from typing import Any, Final, TypeVar
 
 from .. import metrics
+from ..settings import DEFAULT_WORKERS
 
-WORKERS_ENV: Final = "SGLANG_OPERATOR_WORKERS"
-DEFAULT_WORKERS: Final = 8
-RESYNC_ENV: Final = "SGLANG_OPERATOR_RESYNC_SECONDS"
-DEFAULT_RESYNC_SECONDS: Final = 5.0
 BACKOFF_BASE_SECONDS: Final = 1.0
 BACKOFF_MAX_SECONDS: Final = 60.0
 
@@ -41,26 +37,6 @@ class Priority(enum.IntEnum):
     """Something else changed (a spec, a scale target, a pod's other state, a new CR)."""
     RESYNC = 2
     """Nothing asked for it: the periodic pass."""
-
-
-def _positive(text: str | None, default: float, low: float, high: float) -> float:
-    try:
-        value = float(text) if text else default
-    except ValueError:
-        return default
-    return float(min(max(value, low), high)) if value == value else default
-
-
-def pool_size(environ: dict[str, str] | None = None) -> int:
-    """Threads of the shared pool: `SGLANG_OPERATOR_WORKERS`, 1..256, default 8. Pure."""
-    env = os.environ if environ is None else environ
-    return int(_positive(env.get(WORKERS_ENV), DEFAULT_WORKERS, 1, 256))
-
-
-def resync_seconds(environ: dict[str, str] | None = None) -> float:
-    """Seconds between passes of a CR when nothing wakes it: `SGLANG_OPERATOR_RESYNC_SECONDS`, 1..3600. Pure."""
-    env = os.environ if environ is None else environ
-    return _positive(env.get(RESYNC_ENV), DEFAULT_RESYNC_SECONDS, 1.0, 3600.0)
 
 
 def backoff_seconds(failures: int, resync: float) -> float:
@@ -113,9 +89,20 @@ class PriorityPool:
                 future.set_exception(exc)
 
 
-@functools.cache
+_pools: list[PriorityPool] = []
+
+
+def start_pool(workers: int) -> PriorityPool:
+    """The one pool of this process, started with `workers` threads (the runner, from the settings) before any loop
+    runs; started once: a second call returns the first pool."""
+    if not _pools:
+        _pools.append(PriorityPool(workers, "sglang-pass"))
+    return _pools[0]
+
+
 def shared_pool() -> PriorityPool:
-    return PriorityPool(pool_size(), "sglang-pass")
+    """The process's pool; one of the default size when the runner did not start one (tests, one-off passes)."""
+    return start_pool(DEFAULT_WORKERS)
 
 
 _waiting = 0

@@ -1,4 +1,6 @@
-"""The only module that writes to the API server. Every write goes through `Writer`, which counts them.
+"""The one writer: every write to a fleet's objects (its children and pods, the CR's status, finalizer and
+diagnostics, the scale targets' status, events) goes through `Writer`, which counts them. The only other writes of
+the operator are the leader election's to its own Lease (`leader.py`).
 
 Children other than pods are written with server-side apply, field manager `sglang-operator`, forced: the rendered
 object is applied whole, so a field the render no longer has is removed, and fields other managers set (an injected
@@ -282,6 +284,24 @@ class Writer:
         except ApiException as exc:
             if exc.status != 404:
                 raise
+
+    def patch_finalizers(self, namespace: str, name: str, patch: list[dict[str, Any]]) -> None:
+        """The supervisor's finalizer JSON patch (`supervisor.finalizer_patch`). The content type must be named: the
+        client sends any patch of a custom object as a merge patch otherwise, which the API server refuses for a
+        list."""
+        self._count("patch_finalizers")
+        self.custom.patch_namespaced_custom_object(
+            GROUP, VERSION, namespace, PLURAL, name, patch, _request_timeout=API_TIMEOUT,
+            _content_type="application/json-patch+json",
+        )  # fmt: skip
+
+    def patch_diagnostics(self, namespace: str, name: str, diagnostics: dict[str, Any]) -> None:
+        """The fleet doctor's `status.diagnostics`, merged (it owns that field alone, so no version guard)."""
+        self._count("patch_diagnostics")
+        self.custom.patch_namespaced_custom_object_status(
+            GROUP, VERSION, namespace, PLURAL, name, {"status": {"diagnostics": diagnostics}},
+            _request_timeout=API_TIMEOUT,
+        )  # fmt: skip
 
     def patch_status(self, namespace: str, name: str, status: dict[str, Any], resource_version: str) -> bool:
         """Merge-patch status guarded by resourceVersion: the autoscaler writes status too, and neither writer

@@ -8,7 +8,6 @@ once per finding, when it appears, and a Normal one when it clears.
 """
 
 import logging
-import os
 import time
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
@@ -18,14 +17,14 @@ from typing import Any
 from kubernetes import client
 
 from .. import metrics as operator_metrics
-from ..api.constants import GROUP, PLURAL, VERSION
 from ..api.spec import SGLangDeploymentSpec
+from ..autoscaling.autoscale_pass import prometheus_access
 from ..autoscaling.credentials import resolve_credentials
-from ..autoscaling.loop import PROMETHEUS_URL_ENV, prometheus_access
 from ..autoscaling.prometheus import Credentials, connect
 from ..runtime.kube import API_TIMEOUT
 from ..runtime.writer import Writer
 from ..secretref import secret_key_text, unusable_credential
+from ..settings import OperatorSettings
 from .diagnose import diagnose
 from .hysteresis import Evolution, evolve, is_empty
 from .model import FINDING_TYPES, Diagnosis, ReplicaMetrics
@@ -51,6 +50,7 @@ def evaluate(
     body: Mapping[str, Any],
     spec: SGLangDeploymentSpec,
     pods: Sequence[Mapping[str, Any]],
+    settings: OperatorSettings,
     now: float | None = None,
     prometheus_url: str | None = None,
     as_user: bool = False,
@@ -59,8 +59,9 @@ def evaluate(
 ) -> Evaluation:
     """Observe and diagnose once; never raises for what Prometheus or a router answers. Prometheus: where the
     autoscaler reads it (the operator); `as_user` (the CLI, with the caller's own rights): `prometheus_url` without
-    credentials when given, else the CR's URL or $SGLANG_OPERATOR_PROMETHEUS_URL with the CR's prometheusAuth and
-    no allow-list (that list guards the operator's requests, not the caller's)."""
+    credentials when given, else the CR's URL or the settings' default one with the CR's prometheusAuth and no
+    allow-list (that list guards the operator's requests, not the caller's). `settings`: the operator's, or the
+    CLI's (only its default Prometheus URL)."""
     meta = body.get("metadata") or {}
     namespace, name = str(meta.get("namespace", "")), str(meta.get("name", ""))
     now = time.time() if now is None else now
@@ -72,11 +73,11 @@ def evaluate(
     if as_user and prometheus_url:
         url, credentials = prometheus_url, Credentials()
     elif as_user:
-        url = spec.autoscaling.prometheus_url or os.environ.get(PROMETHEUS_URL_ENV)
+        url = spec.autoscaling.prometheus_url or settings.default_prometheus.url
         credentials, why = resolve_credentials(core, namespace, spec.autoscaling.prometheus_auth)
         why = why if url else "no Prometheus URL: give --prometheus-url"
     else:
-        url, credentials, why = prometheus_access(core, namespace, spec.autoscaling)
+        url, credentials, why = prometheus_access(core, namespace, spec.autoscaling, settings)
     if url is not None and credentials is not None:
         try:
             prometheus = connect(url, min(5.0, deadline_seconds), credentials)
@@ -136,12 +137,13 @@ def doctor_once(
     body: Mapping[str, Any],
     spec: SGLangDeploymentSpec,
     pods: Sequence[Mapping[str, Any]],
+    settings: OperatorSettings,
     read_secret: SecretReader | None = None,
     now: float | None = None,
 ) -> DoctorPass:
     """The operator's pass: evaluate, apply hysteresis to the previous `status.diagnostics`, and report."""
     now = time.time() if now is None else now
-    evaluation = evaluate(api, body, spec, pods, now=now, read_secret=read_secret)
+    evaluation = evaluate(api, body, spec, pods, settings, now=now, read_secret=read_secret)
     previous = (body.get("status") or {}).get("diagnostics")
     d = spec.diagnostics
     stamp = datetime.fromtimestamp(now, UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
@@ -151,10 +153,7 @@ def doctor_once(
     if evolution.status == previous or (is_empty(previous) and is_empty(evolution.status)):
         return DoctorPass(evolution, False)
     writer = Writer(api)
-    client.CustomObjectsApi(api).patch_namespaced_custom_object_status(
-        GROUP, VERSION, meta["namespace"], PLURAL, meta["name"], {"status": {"diagnostics": evolution.status}},
-        _request_timeout=API_TIMEOUT,
-    )  # fmt: skip
+    writer.patch_diagnostics(meta["namespace"], meta["name"], evolution.status)
     for finding in evolution.appeared:
         writer.event(dict(body), f"Diagnosis{finding['type']}", finding_line(finding), warning=True)
     for finding in evolution.cleared:
@@ -168,10 +167,7 @@ def clear_diagnostics(api: client.ApiClient, body: Mapping[str, Any]) -> bool:
     if is_empty((body.get("status") or {}).get("diagnostics")):
         return False
     meta = body["metadata"]
-    client.CustomObjectsApi(api).patch_namespaced_custom_object_status(
-        GROUP, VERSION, meta["namespace"], PLURAL, meta["name"],
-        {"status": {"diagnostics": {"findings": [], "tracking": [], "unknown": []}}}, _request_timeout=API_TIMEOUT,
-    )  # fmt: skip
+    Writer(api).patch_diagnostics(meta["namespace"], meta["name"], {"findings": [], "tracking": [], "unknown": []})
     return True
 
 

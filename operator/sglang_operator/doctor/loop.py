@@ -16,11 +16,12 @@ from .. import metrics
 from ..api.validation import parse_spec
 from ..runtime.kube import api_client
 from ..runtime.state import SECRETS, PodKey, plain
-from ..runtime.supervisor import Live, Stopped, per_cr_loop
+from ..runtime.supervisor import Live, LoopKind, Stopped
 from ..runtime.workqueue import backoff_seconds, run_in_pool
+from ..settings import OperatorSettings
+from .doctor_pass import clear_diagnostics, doctor_once, secret_reader
 from .hysteresis import is_empty
 from .model import FINDING_TYPES
-from .run import clear_diagnostics, doctor_once, secret_reader
 
 log = logging.getLogger(__name__)
 MAX_INTERVAL_SECONDS = 3600.0
@@ -42,13 +43,18 @@ def interval_seconds(spec: Any) -> float:
     return min(max(float(value), 5.0), MAX_INTERVAL_SECONDS)
 
 
-@per_cr_loop("doctor", wanted=_enabled)
+def doctor_loop(settings: OperatorSettings) -> LoopKind:
+    """The fleet doctor's loop as the supervisor runs it: for every CR with diagnostics on (or findings to clear)."""
+    return LoopKind("doctor", functools.partial(sgld_doctor_loop, settings=settings), _enabled)
+
+
 async def sgld_doctor_loop(
     stopped: Stopped,
     name: str,
     namespace: str,
     spec: Live,
     body: Live,
+    settings: OperatorSettings,
     **indexes: Any,
 ) -> None:
     sgld_pods: Mapping[PodKey, Any] = indexes["sgld_pods"]
@@ -69,7 +75,7 @@ async def sgld_doctor_loop(
             if parsed is not None:
                 try:
                     if parsed.diagnostics.enabled:
-                        await run_in_pool(functools.partial(doctor_once, api, cr, parsed, pods, read_secret))
+                        await run_in_pool(functools.partial(doctor_once, api, cr, parsed, pods, settings, read_secret))
                     else:
                         await run_in_pool(functools.partial(clear_diagnostics, api, cr))
                     failures = 0

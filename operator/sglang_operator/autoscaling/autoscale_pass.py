@@ -1,0 +1,266 @@
+"""One autoscaling pass for one SGLangDeployment: read metrics and the fleet, decide, write `status.autoscaler`.
+
+The autoscaler never writes `spec` (Git keeps owning it, so ArgoCD sees no drift): the reconciler reads
+`status.autoscaler.desiredReplicas`, unless `recommendOnly` makes that count a recommendation beside
+`spec.replicas`. The pass writes only when the decision or its memory changed, and uses the object's
+resourceVersion so it never overwrites a status the reconciler wrote in between.
+
+Status fields have one owner each: the autoscaler writes `autoscaler`, `qps` (the printer column, from its own
+observation) and the `MetricsAvailable` condition; the reconciler writes everything else. Conditions are one list
+in a merge patch, so each writer sends the list it read with only its own conditions changed, guarded by the
+resourceVersion: a list the other writer changed in between is never sent back.
+"""
+
+import logging
+from dataclasses import dataclass
+from datetime import UTC, datetime
+from typing import Any
+from urllib.parse import urlsplit
+
+from kubernetes import client
+
+from .. import metrics
+from ..api.constants import (
+    ANNOTATION_WARM,
+    COMPONENT_WORKER,
+    GROUP,
+    LABEL_COMPONENT,
+    LABEL_DEPLOYMENT,
+    LABEL_REPLICA,
+    PLURAL,
+    VERSION,
+)
+from ..api.groups import worker_groups
+from ..api.spec import AutoscalingSpec, PrometheusAuth, SGLangDeploymentSpec
+from ..api.validation import parse_spec
+from ..controller.fleet import desired_replicas, group_targets
+from ..controller.status import condition, merge_conditions
+from ..observed import owned_by
+from ..runtime.kube import API_TIMEOUT
+from ..runtime.writer import Writer
+from ..settings import OperatorSettings
+from ..topology import topology
+from .credentials import operator_credentials, resolve_credentials
+from .fleet_split import group_fleet_state, shapes, split_capacity, unit_bounds
+from .policy import decide
+from .prometheus import Credentials, fetch_samples
+from .signals import Decision, FleetState, Samples, envelope_from_state, history_from_state, history_to_state
+
+HISTORY_LENGTH = 20
+log = logging.getLogger(__name__)
+
+
+@dataclass(frozen=True)
+class AutoscalePass:
+    decision: Decision | None
+    wrote: bool
+
+
+def _fmt(value: float) -> str:
+    return f"{value:.3g}" if abs(value) < 1000 else f"{value:.0f}"
+
+
+def _warm_ready(pod: dict[str, Any]) -> bool:
+    meta, status = pod.get("metadata") or {}, pod.get("status") or {}
+    return (meta.get("annotations") or {}).get(ANNOTATION_WARM) == "true" and any(
+        isinstance(c, dict) and c.get("type") == "Ready" and c.get("status") == "True"
+        for c in status.get("conditions") or []
+    )
+
+
+def fleet_state(
+    body: dict[str, Any],
+    pods: list[dict[str, Any]],
+    spec: SGLangDeploymentSpec,
+    gpus_per_replica: int,
+    concurrency: int,
+) -> FleetState:
+    """The fleet as the policy sees it. `desired` is the count the reconciler follows (`desired_replicas`, the one
+    rule for who owns the count): the autoscaler's last decision when it owns the fleet, `spec.replicas` when it only
+    recommends (its decisions do not change the fleet, so the next one must start from the fleet that runs)."""
+    status = body.get("status") or {}
+    desired, _ = desired_replicas(spec, status)
+    warm_ready = {
+        ((pod.get("metadata") or {}).get("labels") or {}).get(LABEL_REPLICA) for pod in pods if _warm_ready(pod)
+    }
+    ready = int(status.get("readyReplicas") or 0)
+    serving = int(status.get("replicas") or 0)
+    return FleetState(
+        desired=desired,
+        ready=ready,
+        starting=max(serving - ready, 0),
+        warm=len(warm_ready),
+        gpus_per_replica=gpus_per_replica,
+        concurrency_per_replica=concurrency,
+    )
+
+
+def autoscaler_status(
+    previous: dict[str, Any], decision: Decision, now: datetime, recommend_only: bool = False
+) -> dict[str, Any]:
+    stamp = now.strftime("%Y-%m-%dT%H:%M:%SZ")
+    scaled = decision.replicas != previous.get("desiredReplicas")
+    history = list(previous.get("history") or [])
+    if scaled or not history:
+        history.append({"time": stamp, "replicas": decision.replicas, "reason": decision.reason, "mode": decision.mode})
+    return {
+        "desiredReplicas": decision.replicas,
+        "recommendOnly": recommend_only,  # always written: a merge patch keeps a key it does not name
+        "warmReplicas": decision.warm_replicas,
+        "lastScaleTime": stamp if scaled else previous.get("lastScaleTime", stamp),
+        "reason": decision.reason,
+        "mode": decision.mode,
+        "observed": {key: _fmt(value) for key, value in decision.observed.items()},
+        "history": history[-HISTORY_LENGTH:],
+        "state": history_to_state(decision.history, decision.envelope),
+    }
+
+
+def autoscale_once(
+    api: client.ApiClient,
+    settings: OperatorSettings,
+    namespace: str,
+    name: str,
+    now: datetime | None = None,
+    body: dict[str, Any] | None = None,
+    pods: list[dict[str, Any]] | None = None,
+) -> AutoscalePass:
+    """One pass. `body` and `pods`: the CR and its pods from the operator's watch caches (the daemon passes them);
+    read from the API when not given."""
+    if body is None:
+        custom = client.CustomObjectsApi(api)
+        body = dict(custom.get_namespaced_custom_object(
+            GROUP, VERSION, namespace, PLURAL, name, _request_timeout=API_TIMEOUT))  # fmt: skip
+    spec, _ = parse_spec(body.get("spec"))
+    if spec is None or not spec.autoscaling.enabled:
+        return AutoscalePass(None, False)
+    now = now or datetime.now(UTC)
+    shape = topology(spec)
+    core = client.CoreV1Api(api)
+    uid = body["metadata"]["uid"]
+    if pods is None:
+        selector = f"{LABEL_DEPLOYMENT}={name}"
+        listed = core.list_namespaced_pod(namespace, label_selector=selector, _request_timeout=API_TIMEOUT).items
+        pods = [dict(api.sanitize_for_serialization(pod)) for pod in listed]
+    pods = [
+        pod for pod in pods
+        if ((pod.get("metadata") or {}).get("labels") or {}).get(LABEL_COMPONENT) == COMPONENT_WORKER
+        and owned_by(pod, uid)
+    ]  # fmt: skip
+    recommend_only = spec.autoscaling.recommend_only
+    previous_status = body.get("status") or {}
+    previous = previous_status.get("autoscaler") or {}
+    group_shapes = shapes(worker_groups(spec)) if spec.worker_groups else []
+    if group_shapes:  # the fleet's capacity in units of the first group's replica (`fleet_split`)
+        targets = {name: active for name, (active, _) in group_targets(spec, previous_status).items()}
+        current = group_fleet_state(group_shapes, targets, previous_status)
+        policy_spec = unit_bounds(spec.autoscaling, group_shapes)
+    else:
+        current = fleet_state(body, pods, spec, shape.gpus_per_replica, shape.concurrency_per_replica)
+        policy_spec = spec.autoscaling
+    samples, error = read_metrics(core, namespace, name, spec.autoscaling, now.timestamp(), settings)
+    state = previous.get("state")
+    history, envelope = history_from_state(state), envelope_from_state(state)
+    decision = decide(current, samples, policy_spec, history, now.timestamp(), envelope)
+    limits = {"maxReplicas": spec.autoscaling.max_replicas}
+    if spec.autoscaling.max_gpus is not None:
+        limits["maxGPUs"] = spec.autoscaling.max_gpus // max(1, shape.gpus_per_replica)
+    metrics.autoscaler_decided(namespace, name, decision.replicas, decision.mode, decision.recommendation, limits)
+    new = autoscaler_status(previous, decision, now, recommend_only)
+    if group_shapes:
+        split = split_capacity(decision.replicas * group_shapes[0].concurrency, group_shapes, spec.autoscaling.max_gpus)
+        new["groups"] = split.replicas
+    generation = int(body["metadata"].get("generation") or 0)
+    available = condition(
+        "MetricsAvailable",
+        decision.metrics_available,
+        "MetricsFresh" if decision.metrics_available else "MetricsUnavailable",
+        "signals read from Prometheus" if decision.metrics_available else (error or decision.reason),
+        generation,
+        now.strftime("%Y-%m-%dT%H:%M:%SZ"),
+    )
+    conditions = merge_conditions(list(previous_status.get("conditions") or []), [available])
+    qps = new["observed"].get("qps")
+    if new == previous and conditions == previous_status.get("conditions") and qps == previous_status.get("qps"):
+        return AutoscalePass(decision, False)
+    writer = Writer(api)
+    status = {"autoscaler": new, "conditions": conditions, "qps": qps}
+    if not writer.patch_status(namespace, name, status, body["metadata"]["resourceVersion"]):
+        return AutoscalePass(decision, False)  # the reconciler wrote status in between: decide again next interval
+    if decision.replicas != previous.get("desiredReplicas"):
+        writer.event(body, *scale_event(previous.get("desiredReplicas"), decision, current.desired, recommend_only))
+    return AutoscalePass(decision, True)
+
+
+def read_metrics(
+    core: client.CoreV1Api,
+    namespace: str,
+    name: str,
+    autoscaling: AutoscalingSpec,
+    now: float,
+    settings: OperatorSettings,
+) -> tuple[Samples | None, str | None]:
+    """The deployment's signals; (None, why) without a URL, with credentials that cannot be read, or when an
+    essential query failed. A CR's own prometheusURL is read with its own prometheusAuth. The operator's default
+    URL is read with the CR's prometheusAuth when it names one, else with the operator's own credentials."""
+    url, credentials, error = prometheus_access(core, namespace, autoscaling, settings)
+    if url is None or credentials is None:
+        return None, error
+    return fetch_samples(url, namespace, name, autoscaling, now, credentials=credentials)
+
+
+def prometheus_access(
+    core: client.CoreV1Api, namespace: str, autoscaling: AutoscalingSpec, settings: OperatorSettings
+) -> tuple[str | None, Credentials | None, str | None]:
+    """(url, credentials, None) of the Prometheus a CR is read from, or (None, None, why not); the autoscaler and
+    the fleet doctor both read through it, so both obey the same allow-list and credentials."""
+    url = autoscaling.prometheus_url or settings.default_prometheus.url
+    if not url:
+        return None, None, "no Prometheus URL: set spec.autoscaling.prometheusURL or --prometheus-url"
+    if why := default_prometheus_headers_refused(autoscaling, settings):
+        return None, None, why  # before any Secret is read or any request sent
+    if autoscaling.prometheus_url and not prometheus_url_allowed(autoscaling.prometheus_url, settings):
+        # Checked before anything is read or sent: no request to that URL, no Secret of prometheusAuth read.
+        why = (
+            f"prometheusURL {autoscaling.prometheus_url[:200]!r} is not allowed by the operator's settings "
+            "(--allow-prometheus-url)"
+        )
+        return None, None, why
+    if autoscaling.prometheus_url or autoscaling.prometheus_auth != PrometheusAuth():
+        credentials, error = resolve_credentials(core, namespace, autoscaling.prometheus_auth)
+    else:
+        own = settings.default_prometheus
+        credentials, error = operator_credentials(own.token_file, own.ca_file)
+    return (url, credentials, None) if credentials is not None else (None, None, error)
+
+
+def default_prometheus_headers_refused(autoscaling: AutoscalingSpec, settings: OperatorSettings) -> str | None:
+    """Why a CR's tenant headers may not go to the operator's own default Prometheus, or None. That Prometheus is
+    the admin's, often a multi-tenant Mimir, Cortex or Thanos shared by every team: an `X-Scope-OrgID` of the
+    tenant's choice there would read another team's series into this CR's status. A CR's own prometheusURL gets
+    its headers (the URL is under a prefix the admin allowed); the default one only with
+    `--allow-prometheus-headers-to-default`. Pure."""
+    if autoscaling.prometheus_url or not autoscaling.prometheus_auth.headers:
+        return None
+    if settings.allow_prometheus_headers_to_default:
+        return None
+    return (
+        "spec.autoscaling.prometheusAuth.headers: not sent to the operator's default Prometheus, whose settings do "
+        "not allow tenant headers (--allow-prometheus-headers-to-default); remove the headers, or set "
+        "spec.autoscaling.prometheusURL to a Prometheus the operator allows"
+    )
+
+
+def prometheus_url_allowed(url: str, settings: OperatorSettings) -> bool:
+    """A CR's own Prometheus URL: http or https only, under a prefix the operator's admin allowed. Pure."""
+    return urlsplit(url).scheme in ("http", "https") and settings.prometheus_url_allowed(url)
+
+
+def scale_event(before: int | None, decision: Decision, running: int, recommend_only: bool) -> tuple[str, str]:
+    """(reason, message) of the event for a changed decision; a recommendation says what runs instead."""
+    if recommend_only:
+        return "AutoscalerRecommendation", (
+            f"recommends {decision.replicas} replicas (was {before}; spec.replicas {running} sets the count): "
+            f"{decision.reason}"
+        )
+    return "Autoscaled", f"desired replicas {before} -> {decision.replicas}: {decision.reason}"
