@@ -8,7 +8,8 @@ from pathlib import Path
 import yaml
 
 from sglang_operator import metrics
-from sglang_operator.controller.status import CONDITION_TYPES, PROBLEM_REASONS
+from sglang_operator.controller.status import PROBLEM_REASONS
+from sglang_operator.runtime.conditions import CONDITION_TYPES
 
 REPO_ROOT = Path(__file__).resolve().parent.parent
 DOC = (REPO_ROOT / "docs" / "operations.md").read_text()

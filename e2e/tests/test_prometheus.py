@@ -25,7 +25,7 @@ from localcluster import prometheus
 from localcluster.cluster import ClusterInfo
 from localcluster.procs import wait_for
 from sglang_operator.api.spec import AutoscalingWindows, BurstyTraffic, ServiceLevel, SustainedRise
-from sglang_operator.autoscaling.prometheus import Queries, Target, connect, read_samples
+from sglang_operator.prometheus.client import Queries, Target, connect, read_samples
 
 DISCOVERY_TIMEOUT_S = 90.0  # SD watch + one 5 s scrape, with room for a loaded 2-core machine
 SGLANG_LABELS = {

@@ -26,8 +26,8 @@ from localcluster.procs import pick_port, wait_for
 from sglang_operator.api.constants import GROUP, PLURAL, VERSION
 from sglang_operator.api.spec import AutoscalingWindows, BasicAuthSecretRef, PrometheusAuth
 from sglang_operator.autoscaling.autoscale_pass import autoscale_once
-from sglang_operator.autoscaling.credentials import resolve_credentials
-from sglang_operator.autoscaling.prometheus import Target, connect, read_samples
+from sglang_operator.prometheus.client import Target, connect, read_samples
+from sglang_operator.prometheus.credentials import resolve_credentials
 from sglang_operator.settings import OperatorSettings
 
 USER, PASSWORD = "autoscaler", "correct horse battery staple"

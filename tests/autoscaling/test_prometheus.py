@@ -20,8 +20,7 @@ from kubernetes import client
 
 from sglang_operator.api.spec import AutoscalingSpec, AutoscalingWindows, BurstyTraffic, ServiceLevel, SustainedRise
 from sglang_operator.autoscaling.autoscale_pass import read_metrics
-from sglang_operator.autoscaling.credentials import ca_file
-from sglang_operator.autoscaling.prometheus import (
+from sglang_operator.prometheus.client import (
     Credentials,
     Queries,
     Target,
@@ -29,6 +28,7 @@ from sglang_operator.autoscaling.prometheus import (
     fetch_samples,
     read_samples,
 )
+from sglang_operator.prometheus.credentials import ca_file
 from sglang_operator.settings import ENV_ALLOWED_PROMETHEUS_URLS, DefaultPrometheus, OperatorSettings, load_settings
 from tests.router.fakehttp import Reply, serving
 

@@ -12,7 +12,7 @@ from sglang_operator.api.constants import ANNOTATION_WARM
 from sglang_operator.api.validation import parse_spec
 from sglang_operator.autoscaling.autoscale_pass import autoscaler_status, fleet_state, scale_event
 from sglang_operator.autoscaling.signals import Decision
-from sglang_operator.controller.fleet import desired_replicas
+from sglang_operator.desired import desired_replicas
 
 NOW = datetime(2026, 12, 1, 12, 0, 0, tzinfo=UTC)
 

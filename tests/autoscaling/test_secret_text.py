@@ -15,9 +15,9 @@ from kubernetes import client
 from kubernetes.client.rest import ApiException
 
 from sglang_operator.api.spec import PrometheusAuth, SGLangDeploymentSpec
-from sglang_operator.autoscaling.credentials import resolve_credentials
 from sglang_operator.controller.reconcile import Reconciler
 from sglang_operator.doctor.doctor_pass import _router_api_key
+from sglang_operator.prometheus.credentials import resolve_credentials
 from sglang_operator.runtime.state import TtlCache
 from sglang_operator.secretref import secret_key_text, unusable_credential
 from sglang_operator.settings import OperatorSettings

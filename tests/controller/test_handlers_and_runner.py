@@ -277,3 +277,18 @@ def test_kopf_keeps_no_diff_base() -> None:
     storage = watches.NoDiffBase()
     body = kopf.Body({"metadata": {"name": "p", "annotations": {"x": "y"}}, "spec": {"big": list(range(100))}})
     assert storage.build(body=body) == {} and storage.fetch(body=body) is None
+
+
+def test_the_operators_kopf_registry_logs_in_and_holds_every_index_the_loops_read() -> None:
+    """The runtime builds kopf's registry itself (nothing registers at import): it must name kopf's login (a registry
+    of one's own has none, and kopf then refuses to start) and every index a loop reads by name."""
+    from sglang_operator.runtime.supervisor import Supervisor
+
+    registry = watches.operator_registry(Supervisor([], lambda *_: None), workers=2)
+    activities = {str(handler.activity.value) for handler in registry._activities.get_all_handlers()}
+    assert activities == {"authentication", "startup", "cleanup"}
+    indexes = {str(handler.id) for handler in registry._indexing.get_all_handlers()}
+    assert indexes == {
+        "sgld_pods", "sgld_services", "sgld_deployments", "sgld_networkpolicies", "sgld_podmonitors",
+        "sgld_inferencepools", "sgld_scale_targets",
+    }  # fmt: skip

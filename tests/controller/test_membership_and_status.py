@@ -2,10 +2,11 @@
 
 from sglang_operator.api.spec import SGLangDeploymentSpec
 from sglang_operator.controller.routers import RouterState
-from sglang_operator.controller.status import GroupObservation, RouterObservation, compute_status, merge_conditions
+from sglang_operator.controller.status import GroupObservation, RouterObservation, compute_status
 from sglang_operator.observed import ReplicaView, group_replicas
 from sglang_operator.router.client import RouterWorker
 from sglang_operator.router.membership import plan_membership
+from sglang_operator.runtime.conditions import merge_conditions
 
 
 def worker(id_: str, url: str, healthy: bool = True) -> RouterWorker:

@@ -17,8 +17,8 @@ import pytest
 import yaml
 
 from sglang_operator.api.validation import check_pod_policy, parse_spec
-from sglang_operator.autoscaling.autoscale_pass import prometheus_url_allowed
 from sglang_operator.crfile import MAX_BYTES, MAX_NODES, CRFileError, load_cr, loader_class
+from sglang_operator.prometheus.access import prometheus_url_allowed
 from sglang_operator.settings import OperatorSettings, PodPolicy
 
 from .cli_runner import names_field, problems, run_cli, write

@@ -10,8 +10,8 @@ from collections.abc import Callable
 import pytest
 
 from sglang_operator.api.spec import AutoscalingSpec
-from sglang_operator.autoscaling.prometheus import Credentials, fetch_samples
 from sglang_operator.controller.loads import fetch_in_flight, read_load
+from sglang_operator.prometheus.client import Credentials, fetch_samples
 from sglang_operator.router.client import RouterClient, RouterError
 
 from .fakehttp import FakeHTTP, Reply

@@ -15,7 +15,6 @@ import logging
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from typing import Any
-from urllib.parse import urlsplit
 
 from kubernetes import client
 
@@ -31,19 +30,19 @@ from ..api.constants import (
     VERSION,
 )
 from ..api.groups import worker_groups
-from ..api.spec import AutoscalingSpec, PrometheusAuth, SGLangDeploymentSpec
+from ..api.spec import AutoscalingSpec, SGLangDeploymentSpec
 from ..api.validation import parse_spec
-from ..controller.fleet import desired_replicas, group_targets
-from ..controller.status import condition, merge_conditions
+from ..desired import desired_replicas, group_targets
 from ..observed import owned_by
+from ..prometheus.access import prometheus_access
+from ..prometheus.client import fetch_samples
+from ..runtime.conditions import condition, merge_conditions
 from ..runtime.kube import API_TIMEOUT
 from ..runtime.writer import Writer
 from ..settings import OperatorSettings
 from ..topology import topology
-from .credentials import operator_credentials, resolve_credentials
 from .fleet_split import group_fleet_state, shapes, split_capacity, unit_bounds
 from .policy import decide
-from .prometheus import Credentials, fetch_samples
 from .signals import Decision, FleetState, Samples, envelope_from_state, history_from_state, history_to_state
 
 HISTORY_LENGTH = 20
@@ -207,53 +206,6 @@ def read_metrics(
     if url is None or credentials is None:
         return None, error
     return fetch_samples(url, namespace, name, autoscaling, now, credentials=credentials)
-
-
-def prometheus_access(
-    core: client.CoreV1Api, namespace: str, autoscaling: AutoscalingSpec, settings: OperatorSettings
-) -> tuple[str | None, Credentials | None, str | None]:
-    """(url, credentials, None) of the Prometheus a CR is read from, or (None, None, why not); the autoscaler and
-    the fleet doctor both read through it, so both obey the same allow-list and credentials."""
-    url = autoscaling.prometheus_url or settings.default_prometheus.url
-    if not url:
-        return None, None, "no Prometheus URL: set spec.autoscaling.prometheusURL or --prometheus-url"
-    if why := default_prometheus_headers_refused(autoscaling, settings):
-        return None, None, why  # before any Secret is read or any request sent
-    if autoscaling.prometheus_url and not prometheus_url_allowed(autoscaling.prometheus_url, settings):
-        # Checked before anything is read or sent: no request to that URL, no Secret of prometheusAuth read.
-        why = (
-            f"prometheusURL {autoscaling.prometheus_url[:200]!r} is not allowed by the operator's settings "
-            "(--allow-prometheus-url)"
-        )
-        return None, None, why
-    if autoscaling.prometheus_url or autoscaling.prometheus_auth != PrometheusAuth():
-        credentials, error = resolve_credentials(core, namespace, autoscaling.prometheus_auth)
-    else:
-        own = settings.default_prometheus
-        credentials, error = operator_credentials(own.token_file, own.ca_file)
-    return (url, credentials, None) if credentials is not None else (None, None, error)
-
-
-def default_prometheus_headers_refused(autoscaling: AutoscalingSpec, settings: OperatorSettings) -> str | None:
-    """Why a CR's tenant headers may not go to the operator's own default Prometheus, or None. That Prometheus is
-    the admin's, often a multi-tenant Mimir, Cortex or Thanos shared by every team: an `X-Scope-OrgID` of the
-    tenant's choice there would read another team's series into this CR's status. A CR's own prometheusURL gets
-    its headers (the URL is under a prefix the admin allowed); the default one only with
-    `--allow-prometheus-headers-to-default`. Pure."""
-    if autoscaling.prometheus_url or not autoscaling.prometheus_auth.headers:
-        return None
-    if settings.allow_prometheus_headers_to_default:
-        return None
-    return (
-        "spec.autoscaling.prometheusAuth.headers: not sent to the operator's default Prometheus, whose settings do "
-        "not allow tenant headers (--allow-prometheus-headers-to-default); remove the headers, or set "
-        "spec.autoscaling.prometheusURL to a Prometheus the operator allows"
-    )
-
-
-def prometheus_url_allowed(url: str, settings: OperatorSettings) -> bool:
-    """A CR's own Prometheus URL: http or https only, under a prefix the operator's admin allowed. Pure."""
-    return urlsplit(url).scheme in ("http", "https") and settings.prometheus_url_allowed(url)
 
 
 def scale_event(before: int | None, decision: Decision, running: int, recommend_only: bool) -> tuple[str, str]:

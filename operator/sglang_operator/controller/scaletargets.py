@@ -5,7 +5,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from ..api.spec import SGLangDeploymentSpec
-from .fleet import autoscaler_owns, status_count
+from ..desired import autoscaler_owns, status_count
 from .status import worker_selector
 
 STATUS_WRITES_PER_PASS = 32

@@ -12,9 +12,9 @@ from .. import names
 from ..api.constants import COMPONENT_WORKER, LABEL_COMPONENT, LABEL_DEPLOYMENT, LABEL_WORKER_GROUP
 from ..api.spec import SGLangDeploymentSpec
 from ..observed import ReplicaView
+from ..runtime.conditions import condition as condition
+from ..runtime.conditions import merge_conditions as merge_conditions
 from ..topology import topology
-
-CONDITION_TYPES = ("Ready", "Progressing", "Degraded", "RouterSynced", "MetricsAvailable")
 
 
 @dataclass(frozen=True)
@@ -39,30 +39,6 @@ class Problem:
 
 
 PROBLEM_REASONS = ("ReconcileError", "PolicyViolation", "NameCollision", "ChildKindUnavailable")
-
-
-def condition(type_: str, ok: bool, reason: str, message: str, generation: int, now: str) -> dict[str, Any]:
-    return {
-        "type": type_,
-        "status": "True" if ok else "False",
-        "reason": reason,
-        "message": message,
-        "observedGeneration": generation,
-        "lastTransitionTime": now,
-    }
-
-
-def merge_conditions(previous: list[dict[str, Any]], updates: list[dict[str, Any]]) -> list[dict[str, Any]]:
-    """Replace conditions by type, keeping the old transition time when the status did not change."""
-    by_type = {c["type"]: c for c in previous}
-    for new in updates:
-        old = by_type.get(new["type"])
-        if old is not None and old.get("status") == new["status"]:
-            new = {**new, "lastTransitionTime": old.get("lastTransitionTime", new["lastTransitionTime"])}
-        by_type[new["type"]] = new
-    return [by_type[t] for t in CONDITION_TYPES if t in by_type] + [
-        c for t, c in by_type.items() if t not in CONDITION_TYPES
-    ]
 
 
 def worker_selector(name: str, group: str = "") -> str:

@@ -18,9 +18,9 @@ from kubernetes import client
 
 from .. import metrics as operator_metrics
 from ..api.spec import SGLangDeploymentSpec
-from ..autoscaling.autoscale_pass import prometheus_access
-from ..autoscaling.credentials import resolve_credentials
-from ..autoscaling.prometheus import Credentials, connect
+from ..prometheus.access import prometheus_access
+from ..prometheus.client import Credentials, connect
+from ..prometheus.credentials import resolve_credentials
 from ..runtime.kube import API_TIMEOUT
 from ..runtime.writer import Writer
 from ..secretref import secret_key_text, unusable_credential

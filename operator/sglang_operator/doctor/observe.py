@@ -1,7 +1,7 @@
 """What the doctor reads, and the pure parsing of it.
 
 I/O: per-replica PromQL over the window (the autoscaler's client, credentials and label names, see
-`autoscaling.prometheus`) and each router pod's worker list (`router.client`). Every call is bounded by what is left
+`prometheus.client`) and each router pod's worker list (`router.client`). Every call is bounded by what is left
 of one total deadline for the whole evaluation; a failed or malformed answer makes that signal unknown (None), never
 an exception out of the evaluation.
 
@@ -26,8 +26,8 @@ from ..api.constants import (
     LABEL_WORKER_GROUP,
 )
 from ..api.spec import SGLangDeploymentSpec
-from ..autoscaling.prometheus import PrometheusClient, Queries, _matchers
 from ..observed import router_pod_of
+from ..prometheus.client import PrometheusClient, Queries, failure_reason, label_matchers
 from ..router.client import RouterClient, RouterError
 from .diagnose import scale_ups
 from .model import FleetFacts, PodFacts, ReplicaMetrics, RouterView
@@ -39,8 +39,10 @@ MIN_CALL_SECONDS = 0.5
 def promql(namespace: str, name: str, window: int, labels: Queries | None = None) -> dict[str, str]:
     """The per-replica PromQL of each `ReplicaMetrics` field, grouped by the pod label."""
     q = labels or Queries()
-    workers = _matchers({q.namespace_label: namespace, q.deployment_label: name, q.component_label: q.worker_component})
-    namespace_only = _matchers({q.namespace_label: namespace})
+    workers = label_matchers(
+        {q.namespace_label: namespace, q.deployment_label: name, q.component_label: q.worker_component}
+    )
+    namespace_only = label_matchers({q.namespace_label: namespace})
     pod, w = q.pod_label, f"{window}s"
 
     def mean_of(metric: str) -> str:
@@ -107,11 +109,9 @@ def _labels(result: Any, pod_label: str) -> dict[str, str]:
 
 def _why(error: BaseException) -> str:
     """Why a query failed, never what the server said."""
-    from ..autoscaling.prometheus import _why as prometheus_why
-
     if isinstance(error, KeyError | IndexError | TypeError | ValueError | AttributeError):
         return "unexpected answer (not a PromQL vector)"
-    return prometheus_why(error, 0)
+    return failure_reason(error, 0)
 
 
 def read_routers(

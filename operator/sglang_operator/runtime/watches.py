@@ -164,6 +164,9 @@ CHILD_INDEXES = (
 def operator_registry(supervisor: Supervisor, workers: int) -> kopf.OperatorRegistry:
     """kopf's registry for one operator: the indexes and the events that drive `supervisor`'s loops."""
     registry = kopf.OperatorRegistry()
+    # kopf's default registry logs in through the kubernetes client's config (kubeconfig, else in-cluster); a registry
+    # of our own names that login itself.
+    kopf.on.login(registry=registry, errors=kopf.ErrorsMode.IGNORED)(kopf.login_via_client)
 
     @kopf.on.startup(registry=registry)
     async def configure_kopf(settings: kopf.OperatorSettings, **_: Any) -> None:

@@ -22,7 +22,7 @@ from typing import Any
 
 from ..api.spec import AutoscalingSpec, AutoscalingWindows, BurstyTraffic, ServiceLevel, SustainedRise
 from ..runtime.httpcall import CallFailed, request
-from .signals import Samples
+from .samples import Samples
 
 DEFAULT_TIMEOUT_SECONDS = 5.0
 
@@ -97,9 +97,9 @@ class Queries:
         }
         quiet = max(windows.quiet_lookback_seconds, self.step_seconds)  # a subquery needs one step at least
         values = {
-            "workers": _matchers({**base, self.component_label: self.worker_component}),
-            "routers": _matchers({**base, self.component_label: self.router_component}),
-            "deployment": _matchers(base),
+            "workers": label_matchers({**base, self.component_label: self.worker_component}),
+            "routers": label_matchers({**base, self.component_label: self.router_component}),
+            "deployment": label_matchers(base),
             "namespace": _escape(target.namespace),
             "ns_label": self.namespace_label,
             "pod_label": self.pod_label,
@@ -248,7 +248,7 @@ def read_samples(
             values[name] = _series(result) if name in SERIES else _value(result, _COMBINE.get(name, sum))
         except Exception as e:  # whatever the client or Prometheus does wrong is reported, never raised
             unreachable = isinstance(e, CallFailed) and (e.timed_out or e.not_connected)
-            error = f"{name} query failed: {_why(e, timeout_seconds)}"
+            error = f"{name} query failed: {failure_reason(e, timeout_seconds)}"
             if name in ESSENTIAL:
                 return None, error
             errors.append(error)
@@ -318,7 +318,7 @@ def _sample(item: Any) -> float | None:
     return number if math.isfinite(number) else None
 
 
-def _matchers(labels: dict[str, str]) -> str:
+def label_matchers(labels: dict[str, str]) -> str:
     return ",".join(f'{name}="{_escape(value)}"' for name, value in labels.items())
 
 
@@ -338,7 +338,7 @@ class QueryFailed(Exception):
         self.status = status
 
 
-def _why(error: BaseException, timeout_seconds: float) -> str:
+def failure_reason(error: BaseException, timeout_seconds: float) -> str:
     """Why a query failed, for status: what failed, never what Prometheus (or whatever answered) said."""
     if isinstance(error, CallFailed):
         return f"timed out after {timeout_seconds:g}s" if error.timed_out else str(error)

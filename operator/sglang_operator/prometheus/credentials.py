@@ -18,7 +18,7 @@ from kubernetes.client.rest import ApiException
 from ..api.spec import PrometheusAuth
 from ..runtime.kube import API_TIMEOUT
 from ..secretref import secret_key_text, unusable_credential
-from .prometheus import Credentials
+from .client import Credentials
 
 CA_DIR = Path(tempfile.gettempdir()) / "sglang-operator-prometheus-ca"
 _AUTH_FIELD = "spec.autoscaling.prometheusAuth"
