@@ -15,7 +15,7 @@ SLOT_FALLBACK_S = 6 * 3600.0  # the reader's `slot_fallback_seconds`
 
 
 def samples_from_scrapes(s: Scrapes, spec: AutoscalingSpec, now: float, concurrency: int) -> Samples | None:
-    """What `autoscaling/prometheus.py` would read from a Prometheus holding these scrapes.
+    """What `prometheus/client.py` would read from a Prometheus holding these scrapes.
 
     Request rates come from the router's arrival counter (the reader's default demand query); slot time, running
     and queued from the workers, which have no series while none is ready.

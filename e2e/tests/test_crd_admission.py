@@ -10,8 +10,8 @@ from kubernetes import client
 from kubernetes.client.exceptions import ApiException
 
 from localcluster.fleet import install_crd
-from tests.test_validation import CASES, with_model
-from tests.test_worker_groups import FLEET_CASES, GROUP_CASES, expected_error
+from tests.api.test_validation import CASES, with_model
+from tests.api.test_worker_groups import FLEET_CASES, GROUP_CASES, expected_error
 
 
 def _dry_run(api_client: client.ApiClient, namespace: str, spec: dict[str, Any]) -> str | None:

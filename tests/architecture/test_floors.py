@@ -12,13 +12,13 @@ import pytest
 PACKAGE_DIR = Path(__file__).resolve().parents[2] / "operator" / "sglang_operator"
 PACKAGE = "sglang_operator"
 
+GROUND = (
+    *("api", "settings", "names", "capacity", "topology", "kubeyaml", "crfile", "secretref", "metrics", "observed"),
+    *("desired", "childkinds"),
+)
 FLOORS: dict[str, int] = {
     # 0, the ground: the typed API, the operator's settings and pure domain functions. No I/O.
-    **dict.fromkeys(
-        ("api", "settings", "names", "capacity", "topology", "kubeyaml", "crfile", "secretref", "metrics", "observed",
-         "desired", "childkinds"),
-        0,
-    ),  # fmt: skip
+    **dict.fromkeys(GROUND, 0),
     "render": 1,  # pure (spec, observed state) -> manifests
     "runtime": 2,  # the machinery every per-CR loop runs on
     "router": 3,  # the clients of what the operator talks to besides the API server

@@ -21,7 +21,7 @@ from sglang_operator.settings import (
     OperatorSettings,
     load_settings,
 )
-from tests.autoscaling.test_prometheus import HEALTHY, FakePrometheus, NoSecrets
+from tests.prometheus.test_client import HEALTHY, FakePrometheus, NoSecrets
 
 
 @pytest.fixture

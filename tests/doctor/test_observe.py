@@ -10,7 +10,7 @@ from urllib.parse import urlsplit
 from sglang_operator.api.spec import SGLangDeploymentSpec
 from sglang_operator.doctor.observe import fleet_facts, pod_facts, promql, read_metrics, read_routers
 from sglang_operator.prometheus.client import connect
-from tests.autoscaling.test_prometheus import Answer, FakePrometheus, prometheus  # noqa: F401  (fixture)
+from tests.prometheus.test_client import Answer, FakePrometheus, prometheus  # noqa: F401  (fixture)
 from tests.router.fakehttp import Reply, serving
 
 

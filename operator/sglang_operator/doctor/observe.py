@@ -51,9 +51,8 @@ def promql(namespace: str, name: str, window: int, labels: Queries | None = None
 
     return {
         # Little's law: seconds of request per second is the mean number in the replica (running + queued) over
-        # the whole window. Averaging the num_running_reqs gauge instead reads it at ~6 scrape instants per 30 s,
-        # and on a healthy round-robin fleet at 0.6 requests per replica one replica read 2x the others' median in
-        # 6 of 36 evaluations (a false LoadImbalance); this read 0.61-0.62 on every replica in all 36.
+        # the whole window, where averaging the num_running_reqs gauge would sample it at a few scrape instants
+        # (a false LoadImbalance on a healthy fleet: docs/doctor.md, "Why load is read through Little's law").
         "load": f"sum by ({pod}) (rate(sglang:e2e_request_latency_seconds_sum{{{workers}}}[{w}]))",
         "requests": f"sum by ({pod}) (increase(sglang:num_requests_total{{{workers}}}[{w}]))",
         "ttft": mean_of("sglang:time_to_first_token_seconds"),

@@ -147,34 +147,41 @@ async def request_async(
                 timeout=timeout,
             ) as response:
                 answered = response.status
-                if 300 <= response.status < 400:
-                    response.close()  # the body is not read, the connection not reused
-                    raise CallFailed(f"{what}: HTTP {response.status}, a redirect, not followed")
-                body = bytearray()
-                async for chunk in response.content.iter_chunked(_CHUNK_BYTES):
-                    body += chunk
-                    if len(body) > max_bytes:
-                        response.close()
-                        raise CallFailed(f"{what}: HTTP {response.status}, body larger than {max_bytes} bytes")
-                return Response(response.status, bytes(body))
-    except CallFailed:
-        raise
-    except TimeoutError as exc:  # asyncio's, and aiohttp's connect and read timeouts (its subclasses)
-        late = "no answer" if answered is None else f"HTTP {answered}, body not complete"
-        raise CallFailed(f"{what}: {late} within {deadline_seconds:g}s", timed_out=True) from exc
-    except aiohttp.ClientSSLError as exc:  # before ClientConnectorError, its parent: the TLS handshake failed
-        raise CallFailed(f"{what}: TLS error") from exc
-    except aiohttp.ClientConnectorError as exc:
-        refused = exc.os_error.errno == errno.ECONNREFUSED
-        raise CallFailed(f"{what}: {'connection refused' if refused else 'connection failed'}", not_connected=True) \
-            from exc  # fmt: skip
-    except (aiohttp.ClientPayloadError, aiohttp.ClientResponseError) as exc:  # a broken or unparsable answer
-        status = f"HTTP {answered}, " if answered is not None else ""
-        raise CallFailed(f"{what}: {status}answer unreadable ({type(exc).__name__})") from exc
-    except aiohttp.ClientError as exc:  # a reset connection, an invalid URL, ...
-        raise CallFailed(f"{what}: {type(exc).__name__}") from exc
+                return await _read(response, what, max_bytes)
+    except (TimeoutError, aiohttp.ClientError) as exc:
+        raise _failure(exc, what, answered, deadline_seconds) from exc
     except (ValueError, TypeError) as exc:  # a header value aiohttp refuses, a body that is not JSON-serialisable
         raise CallFailed(f"{what}: request not sent ({type(exc).__name__})") from exc
+
+
+async def _read(response: aiohttp.ClientResponse, what: str, max_bytes: int) -> Response:
+    """The answer, read up to `max_bytes`; a redirect is refused unread (its connection is not reused)."""
+    if 300 <= response.status < 400:
+        response.close()
+        raise CallFailed(f"{what}: HTTP {response.status}, a redirect, not followed")
+    body = bytearray()
+    async for chunk in response.content.iter_chunked(_CHUNK_BYTES):
+        body += chunk
+        if len(body) > max_bytes:
+            response.close()
+            raise CallFailed(f"{what}: HTTP {response.status}, body larger than {max_bytes} bytes")
+    return Response(response.status, bytes(body))
+
+
+def _failure(exc: BaseException, what: str, answered: int | None, deadline_seconds: float) -> CallFailed:
+    """What a failed call says: the endpoint and the kind of failure, never what the other side sent."""
+    if isinstance(exc, TimeoutError):  # asyncio's, and aiohttp's connect and read timeouts (its subclasses)
+        late = "no answer" if answered is None else f"HTTP {answered}, body not complete"
+        return CallFailed(f"{what}: {late} within {deadline_seconds:g}s", timed_out=True)
+    if isinstance(exc, aiohttp.ClientSSLError):  # before ClientConnectorError, its parent: the TLS handshake failed
+        return CallFailed(f"{what}: TLS error")
+    if isinstance(exc, aiohttp.ClientConnectorError):
+        refused = exc.os_error.errno == errno.ECONNREFUSED
+        return CallFailed(f"{what}: {'connection refused' if refused else 'connection failed'}", not_connected=True)
+    if isinstance(exc, aiohttp.ClientPayloadError | aiohttp.ClientResponseError):  # a broken or unparsable answer
+        status = f"HTTP {answered}, " if answered is not None else ""
+        return CallFailed(f"{what}: {status}answer unreadable ({type(exc).__name__})")
+    return CallFailed(f"{what}: {type(exc).__name__}")  # a reset connection, an invalid URL, ...
 
 
 class _LoopThread:

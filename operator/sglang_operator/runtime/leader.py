@@ -306,22 +306,29 @@ class LeaderElector:
                 if wait(pause):
                     return False
                 continue
-            sent = self.clock()
-            spec = acquired_spec(self.identity, current, self.wall(), self.timing)
-            try:
-                if current is None:
-                    written = self.leases.create(spec)
-                else:
-                    written = self.leases.replace(spec, current.resource_version)
-            except TRANSIENT_ERRORS as exc:
-                log.warning("leader election: cannot write the Lease (%s); retrying", exc)
-                written = None
-            if written is not None:
-                self.record, self.renewed_at = written, sent
-                log.info("leader election: %s acquired the Lease (transition %d)", self.identity, written.transitions)
+            if self._take(current):
                 return True
             if wait(self.timing.retry_seconds):  # another candidate won the race: it leads now
                 return False
+
+    def _take(self, current: LeaseRecord | None) -> bool:
+        """Write the Lease as ours over `current` (create it when there is none); False when another write won or
+        the API did not answer."""
+        sent = self.clock()
+        spec = acquired_spec(self.identity, current, self.wall(), self.timing)
+        try:
+            if current is None:
+                written = self.leases.create(spec)
+            else:
+                written = self.leases.replace(spec, current.resource_version)
+        except TRANSIENT_ERRORS as exc:
+            log.warning("leader election: cannot write the Lease (%s); retrying", exc)
+            return False
+        if written is None:
+            return False
+        self.record, self.renewed_at = written, sent
+        log.info("leader election: %s acquired the Lease (transition %d)", self.identity, written.transitions)
+        return True
 
     def renew_until_lost(self, wait: Callable[[float], bool]) -> str | None:
         """Renew every renew interval, and a retry period after a failed attempt, until `wait` reports stopping

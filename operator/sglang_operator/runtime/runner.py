@@ -2,8 +2,8 @@
 composed (`app.py`), and (with `--leader-elect`) start those loops only once this process holds the leader Lease.
 
 Every replica runs kopf from the start: its watches and indexes are filled while it stands by, so a new leader
-starts its loops at once instead of listing and indexing every pod and child first (at 200 fleets that was 5 of the
-8 s between winning the Lease and the first write). A standby writes nothing: kopf here has only indexes and
+starts its loops at once instead of listing and indexing every pod and child first (most of a handover's time at
+200 fleets, docs/decisions.md, "A warm standby"). A standby writes nothing: kopf here has only indexes and
 `on.event` handlers, and the loops that write (reconcile, autoscaler, doctor) and the CR finalizer belong to the
 `supervisor`, which acts only once told this replica leads. kopf stays `standalone=True` (no peering).
 

@@ -32,7 +32,7 @@ WATCH_SERVER_TIMEOUT_SECONDS = 1800
 class NoDiffBase(kopf.DiffBaseStorage):
     """kopf builds a diff base (a deep copy of the whole object, managed fields and all) on every event of every
     watched object, for change handlers. This operator has none (the loops read the watch's bodies), so it builds
-    nothing: at 200 fleets those copies were 6 % of the leader's samples in the creation burst, in both replicas."""
+    nothing (what those copies cost in a creation burst: docs/scale.md, "kopf builds no diff base")."""
 
     def build(self, *, body: kopf.Body, extra_fields: Any = None) -> kopf.BodyEssence:
         return kopf.BodyEssence()
@@ -52,11 +52,11 @@ def configure(settings: kopf.OperatorSettings, workers: int) -> None:
     settings.persistence.diffbase_storage = NoDiffBase()
     settings.posting.level = logging.WARNING
     # A watch the API server ends after 30 min is reopened by kopf: one request per watched kind and replica, with
-    # the Lease's renewals the operator's whole cost when nothing changes (docs/scale.md; at 60 s it was 21 a
-    # minute, at 10 min about 1.8). 30 min is the API server's own least when a client names none
-    # (--min-request-timeout). A connection that died silently is not left to this timeout: kopf reopens a watch
-    # that has shown nothing, not even a bookmark, for 70 s (its inactivity timeout), and TCP keepalive ends a dead
-    # connection within about 3 min (`keepalive`); kopf then reopens the watch from its last version.
+    # the Lease's renewals the operator's whole cost when nothing changes (docs/scale.md measures it). 30 min is the
+    # API server's own least when a client names none (--min-request-timeout). A connection that died silently is
+    # not left to this timeout: kopf reopens a watch that has shown nothing, not even a bookmark, for 70 s (its
+    # inactivity timeout), and TCP keepalive ends a dead connection within about 3 min (`keepalive`); kopf then
+    # reopens the watch from its last version.
     settings.watching.server_timeout = WATCH_SERVER_TIMEOUT_SECONDS
     settings.watching.client_timeout = WATCH_SERVER_TIMEOUT_SECONDS + 30
     settings.networking.request_timeout = 30

@@ -16,9 +16,8 @@ from sglang_operator.controller.reconcile import Reconciler
 from sglang_operator.controller.scaletargets import STATUS_WRITES_PER_PASS, scale_target_counts
 from sglang_operator.render import Owner, render_all, revision_hash
 from sglang_operator.settings import OperatorSettings
-
-from .controller.fakekube import FakeKube, wire
-from .test_validation import CASES, with_model
+from tests.api.test_validation import CASES, with_model
+from tests.controller.fakekube import FakeKube, wire
 
 _GROUP_OBJECTS = ("parallelism", "resources", "template", "updateStrategy")
 _GROUP_ENGINE = ("args", "env", "maxRunningRequests", "memFractionStatic")

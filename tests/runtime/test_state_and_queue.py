@@ -32,8 +32,7 @@ from sglang_operator.runtime.workqueue import (
 )
 from sglang_operator.runtime.writer import possible_children
 from sglang_operator.settings import OperatorSettings, load_settings
-
-from .fakekube import FakeKube, wire
+from tests.controller.fakekube import FakeKube, wire
 
 NS, NAME, UID = "team-a", "chat", "cr-uid"
 

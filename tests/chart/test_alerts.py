@@ -1,5 +1,5 @@
 """The alerts (manifests/monitoring/alerts.yaml): `promtool check rules` accepts them, `promtool test rules` fires
-each one when it should and not before (tests/monitoring/alerts.test.yaml), they read only metrics the operator
+each one when it should and not before (tests/chart/alerts.test.yaml), they read only metrics the operator
 exports, and the chart's PrometheusRule carries exactly the same groups.
 
 promtool is built from the Prometheus release the local cluster runs (`localcluster.gotools`, e2e/tools/promtool;
@@ -24,7 +24,7 @@ from sglang_operator import metrics
 REPO_ROOT = CHART_DIR.parent.parent
 ALERTS = REPO_ROOT / "manifests" / "monitoring" / "alerts.yaml"
 CHART_COPY = CHART_DIR / "files" / "alerts.yaml"
-RULE_TESTS = REPO_ROOT / "tests" / "monitoring" / "alerts.test.yaml"
+RULE_TESTS = REPO_ROOT / "tests" / "chart" / "alerts.test.yaml"
 # What the issue asks the alerts to cover, by alert name.
 REQUIRED_ALERTS = {
     "SGLangDeploymentNotReady",  # fleet not Ready

@@ -11,8 +11,7 @@ from kubernetes.client.exceptions import ApiException
 from sglang_operator.runtime.leader import LeaderElector
 from sglang_operator.runtime.leasetiming import Timing
 from sglang_operator.runtime.leasewatch import LOOK_SECONDS, WatchedLeases
-
-from .test_leader import Clock, FakeLeases, sleeper
+from tests.runtime.test_leader import Clock, FakeLeases, sleeper
 
 END = ("END", {})
 

@@ -11,7 +11,7 @@ from sglang_operator import metrics
 from sglang_operator.controller.status import PROBLEM_REASONS
 from sglang_operator.runtime.conditions import CONDITION_TYPES
 
-REPO_ROOT = Path(__file__).resolve().parent.parent
+REPO_ROOT = Path(__file__).resolve().parents[2]
 DOC = (REPO_ROOT / "docs" / "operations.md").read_text()
 
 

@@ -12,8 +12,7 @@ from sglang_operator.api.spec import SGLangDeploymentSpec
 from sglang_operator.render import Owner, shared_children
 from sglang_operator.runtime.writer import ChildRef, Outcome, Writer, possible_children, stale_children
 from sglang_operator.settings import OperatorSettings
-
-from .fakekube import FakeKube, wire
+from tests.controller.fakekube import FakeKube, wire
 
 OWNER = Owner(name="chat", namespace="team-a", uid="cr-uid")
 

@@ -1,7 +1,7 @@
 """Rendered children: golden files per example, schema validity, labels, probes and overrides.
 Pod security and the NetworkPolicy: tests/render/.
 
-Regenerate the golden files after an intended change with `UPDATE_GOLDEN=1 pytest tests/test_render.py`.
+Regenerate the golden files after an intended change with `UPDATE_GOLDEN=1 pytest tests/render/test_render.py`.
 """
 
 import os
@@ -15,8 +15,7 @@ import yaml
 from sglang_operator.api.spec import SGLangDeploymentSpec
 from sglang_operator.render import Owner, render_all, revision_hash
 from sglang_operator.render.workers import worker_pod
-
-from .conftest import EXAMPLES, REPO
+from tests.conftest import EXAMPLES, REPO
 
 GOLDEN = REPO / "tests" / "golden"
 K8S_VERSION = "1.34.0"

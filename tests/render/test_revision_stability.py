@@ -8,8 +8,7 @@ import yaml
 
 from sglang_operator.api.validation import parse_spec
 from sglang_operator.render import revision_hash
-
-from .conftest import EXAMPLES
+from tests.conftest import EXAMPLES
 
 # Revisions of the examples as released before the typed template (commit 1d3b595's golden files).
 RELEASED_REVISIONS = {

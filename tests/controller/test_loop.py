@@ -14,8 +14,7 @@ from sglang_operator.runtime.state import pod_signature, serving_member, spec_un
 from sglang_operator.runtime.supervisor import Stopped
 from sglang_operator.runtime.workqueue import Priority, PriorityPool, run_in_pool
 from sglang_operator.settings import OperatorSettings, load_settings, operator_environment
-
-from .waiting import until
+from tests.runtime.waiting import until
 
 
 def test_the_wakeup_map_holds_running_loops_only() -> None:

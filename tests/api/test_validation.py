@@ -375,7 +375,7 @@ def test_rule(field: str, fragment: str, failing: dict[str, Any], passing: dict[
 
 
 def test_every_rule_has_a_case() -> None:
-    """The table covers the top level's rules; tests/test_worker_groups.py derives the per-group ones from it and
+    """The table covers the top level's rules; tests/api/test_worker_groups.py derives the per-group ones from it and
     covers the fleet's group rules."""
     covered = {matching_rule(field, fragment) for field, fragment, _, _ in CASES}
     assert covered == {rule for rule in RULES if not rule.field.startswith("spec.workerGroups")} - set(FLEET_RULES)
@@ -406,7 +406,7 @@ def test_unknown_fields_are_ignored() -> None:
 def test_rules_and_parse_agree_on_examples() -> None:
     import yaml
 
-    from .conftest import EXAMPLES
+    from tests.conftest import EXAMPLES
 
     for path in EXAMPLES:
         spec, errors = parse_spec(yaml.safe_load(path.read_text())["spec"])

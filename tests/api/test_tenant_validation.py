@@ -12,8 +12,7 @@ from sglang_operator.api.reserved import ENGINE_FLAGS, ROUTER_FLAGS, owned_flag
 from sglang_operator.api.spec import SGLangDeploymentSpec
 from sglang_operator.api.validation import NAME_RULE, RULES, check_pod_policy, parse_spec
 from sglang_operator.settings import PodPolicy
-
-from .test_validation import with_model
+from tests.api.test_validation import with_model
 
 
 def _numeric_fields(model: type[BaseModel], path: str = "spec") -> list[tuple[str, Any]]:

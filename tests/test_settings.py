@@ -15,10 +15,9 @@ import pytest
 
 from sglang_operator.api.validation import parse_spec
 from sglang_operator.settings import BaseURL, OperatorSettings, PodPolicy, parse_base_url
-
-from .hostile.cases_urls import ALLOWED_HOST_PATHS, ALLOWED_URLS, CASES, HOST_PATHS, URLS
-from .hostile.cli_runner import names_field, problems, run_cli, write
-from .hostile.model import POLICY, Hostile
+from tests.hostile.cases_urls import ALLOWED_HOST_PATHS, ALLOWED_URLS, CASES, HOST_PATHS, URLS
+from tests.hostile.cli_runner import names_field, problems, run_cli, write
+from tests.hostile.model import POLICY, Hostile
 
 SETTINGS = OperatorSettings(
     pod_policy=PodPolicy(allowed_host_paths=ALLOWED_HOST_PATHS), allowed_prometheus_urls=ALLOWED_URLS

@@ -26,8 +26,7 @@ from sglang_operator.runtime.supervisor import (
     wanted_loops,
 )
 from sglang_operator.runtime.writer import Writer
-
-from .waiting import until
+from tests.runtime.waiting import until
 
 
 def cr(name: str = "chat", rv: str = "1", finalizers: list[str] | None = None, deleting: bool = False,

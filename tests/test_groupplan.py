@@ -6,8 +6,7 @@ import subprocess
 import pytest
 
 from sglang_operator.groupplan import GroupArgError, parse_group, plan_groups
-
-from .test_cli import run
+from tests.test_cli import run
 
 
 def plan(*args: str) -> subprocess.CompletedProcess[str]:
