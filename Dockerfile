@@ -8,10 +8,10 @@ FROM python:3.11-slim AS build
 ENV PIP_NO_CACHE_DIR=1 PIP_DISABLE_PIP_VERSION_CHECK=1
 RUN python -m venv /opt/sglang-operator
 WORKDIR /src
-# Only what the distribution is built from (pyproject maps `localcluster` to e2e/localcluster, so it must exist).
+# Only what the operator's distribution is built from: no test code (the simulator and the local cluster are
+# testing/'s own distribution).
 COPY pyproject.toml README.md ./
 COPY operator/ operator/
-COPY e2e/localcluster/ e2e/localcluster/
 RUN /opt/sglang-operator/bin/pip install . \
  && /opt/sglang-operator/bin/sglang-operator --help >/dev/null
 

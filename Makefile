@@ -5,17 +5,18 @@ export PATH := $(abspath $(VENV))/bin:$(PATH)
 
 .PHONY: install test unit e2e lint typecheck crds manifests demo cluster-up cluster-down clean image
 
-$(VENV)/.installed: pyproject.toml
+## The operator (editable, with its dev tools) and testing/'s distribution: the simulator and the local cluster.
+$(VENV)/.installed: pyproject.toml testing/pyproject.toml
 	python3 -m venv $(VENV)
 	$(VENV)/bin/pip install -q --upgrade pip
-	$(VENV)/bin/pip install -q -e ".[dev]"
+	$(VENV)/bin/pip install -q -e ".[dev]" -e ./testing
 	touch $@
 
 install: $(VENV)/.installed
 
 lint: install
-	ruff check operator tests e2e bench
-	ruff format --check operator tests e2e bench
+	ruff check operator testing tests e2e bench
+	ruff format --check operator testing tests e2e bench
 
 typecheck: install
 	mypy

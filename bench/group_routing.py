@@ -3,7 +3,7 @@
     .venv/bin/python bench/group_routing.py [--variants round_robin,least_load,...] [--levels 0.5,0.8,1.2] [--json]
 
 One fleet of unequal replicas on 127.0.0.1, no Kubernetes: by default group A = one tp=4 replica, group B = two
-tp=2 replicas, simulator replicas (`python -m sglang_operator.sim`) with SGLANG_SIM_SLOTS_PER_GPU=4, so they run
+tp=2 replicas, simulator replicas (`python -m sglang_sim`) with SGLANG_SIM_SLOTS_PER_GPU=4, so they run
 16, 8 and 8 requests at once (32 slots, capacity shares 1/2, 1/4, 1/4), and a KV pool that grows with the TP group
 (`--max-total-tokens`, sized so a full replica's token usage is --kv-fill). For each variant (a policy and its
 flags, plus what is sent at registration): fresh replicas and a fresh `smg launch` with the flags the operator
@@ -198,7 +198,7 @@ def start_fleet(procs: Procs, setup: Setup) -> list[str]:
         port = free_port()
         procs.start(
             f"sim-{i}-{replica.group}-tp{replica.tp}",
-            [sys.executable, "-m", "sglang_operator.sim", "--model-path", "org/model", "--served-model-name", MODEL,
+            [sys.executable, "-m", "sglang_sim", "--model-path", "org/model", "--served-model-name", MODEL,
              "--tp-size", str(replica.tp), "--host", "127.0.0.1", "--port", str(port), "--enable-metrics",
              "--max-total-tokens", str(setup.kv_tokens(replica))],
             setup.sim_env(),

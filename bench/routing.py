@@ -2,7 +2,7 @@
 
     .venv/bin/python bench/routing.py [--policies round_robin,cache_aware,...] [--json]
 
-For each policy: fresh simulator replicas (`python -m sglang_operator.sim`, bounded prefix caches, cold) and a
+For each policy: fresh simulator replicas (`python -m sglang_sim`, bounded prefix caches, cold) and a
 fresh `smg launch` with the flags the operator renders (`render/router.py`) plus the policy's flags, all on
 127.0.0.1; the trace's requests are sent to the router at their (scaled) arrival times as streaming
 `/generate` requests whose text encodes their `hash_ids` (`routing_model.prompt_text`: one simulator block per
@@ -151,7 +151,7 @@ def start_sims(procs: Procs, setup: Setup, count: int, cache_blocks: int, max_ru
         port = free_port()
         procs.start(
             f"sim-{i}",
-            [sys.executable, "-m", "sglang_operator.sim", "--model-path", "org/model", "--served-model-name", MODEL,
+            [sys.executable, "-m", "sglang_sim", "--model-path", "org/model", "--served-model-name", MODEL,
              "--host", "127.0.0.1", "--port", str(port), "--enable-metrics",
              "--max-running-requests", str(max_running), "--max-total-tokens", str(cache_blocks * SIM_BLOCK_TOKENS)],
             setup.sim_env(),

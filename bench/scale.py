@@ -7,7 +7,7 @@ For each N this starts its *own* local cluster (a separate state dir, `--state-d
 N SGLangDeployments of one single-GPU replica and one router each, and stops the cluster at the end (`--keep`
 leaves it). `min(--real, N)` fleets run the real simulator and the real `smg`; the others use the node agent's light
 pods (`lmsysorg/sglang-light` / `lightseekorg/smg-light` images: no process per pod, see
-e2e/localcluster/nodeagent/light.py), so 200 fleets fit on 2 cores.
+testing/localcluster/nodeagent/light.py), so 200 fleets fit on 2 cores.
 
 The operator runs as `sglang-operator run` processes under their own service accounts (cluster-admin), each matched
 by its own FlowSchema, so the API server's `apiserver_flowcontrol_dispatched_requests_total{flow_schema=...}`

@@ -7,7 +7,7 @@ from typing import Any
 from sglang_operator.api.spec import AutoscalingSpec
 from sglang_operator.autoscaling.policy import decide
 from sglang_operator.autoscaling.signals import Block, Decision, FleetState, Recommendation, Samples
-from sglang_operator.sim.metrics import QUEUE_BUCKETS
+from sglang_sim.metrics import QUEUE_BUCKETS
 
 from .sim import Command, FleetView, Scrapes
 

@@ -21,7 +21,7 @@ from typing import Protocol
 
 import numpy as np
 
-from sglang_operator.sim.metrics import QUEUE_BUCKETS
+from sglang_sim.metrics import QUEUE_BUCKETS
 
 
 @dataclass

@@ -1,4 +1,4 @@
-"""Fixtures for tests against the real local cluster (built from Go modules; see e2e/localcluster).
+"""Fixtures for tests against the real local cluster (built from Go modules; see testing/localcluster).
 
 `cluster` reuses a running cluster (`python -m localcluster up`) or starts one for the session and stops it at
 the end; set LOCALCLUSTER_KEEP=1 to leave a cluster this session started running for the next one, and

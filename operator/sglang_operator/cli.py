@@ -1,4 +1,4 @@
-"""`sglang-operator {run,render,validate,plan,doctor,sim}`.
+"""`sglang-operator {run,render,validate,plan,doctor}`.
 
 Exit codes: 0 success; 1 the CR is invalid (render/validate); 2 the command could not run (unreadable file,
 YAML error, wrong kind or apiVersion, bad arguments). Errors go to stderr as one line each, never a traceback:
@@ -477,18 +477,11 @@ def build_parser() -> argparse.ArgumentParser:
         "$SGLANG_OPERATOR_PROMETHEUS_URL)",
     )
     doctor.set_defaults(func=cmd_doctor)
-
-    sub.add_parser("sim", help="run the SGLang engine simulator: sglang-operator sim <sglang.launch_server flags>")
     return parser
 
 
 def main(argv: list[str] | None = None) -> int:
     argv = sys.argv[1:] if argv is None else argv
-    if argv[:1] == ["sim"] and argv[1:2] not in (["-h"], ["--help"]):
-        # sglang.launch_server flags start with "--", which argparse would take for ours: hand them over untouched.
-        from .sim import main as sim_main
-
-        return sim_main(argv[1:])
     args = build_parser().parse_args(argv)
     if args.command == "run":
         return int(args.func(args))  # the operator's own failures keep their tracebacks, for its logs

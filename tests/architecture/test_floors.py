@@ -30,7 +30,6 @@ FLOORS: dict[str, int] = {
     "cli": 5,
     "groupplan": 5,
     "__main__": 5,
-    "sim": 5,  # the simulator, until it leaves the package
 }
 PEERS = ("controller", "autoscaling", "doctor")
 

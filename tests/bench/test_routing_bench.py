@@ -35,9 +35,9 @@ from bench.routing_model import (
     sim_output_tokens,
     summarize,
 )
-from sglang_operator.sim.engine import Engine, EngineConfig, Job
-from sglang_operator.sim.prefix_cache import PrefixCache
-from sglang_operator.sim.tokens import BLOCK_TOKENS, CHARS_PER_TOKEN, prompt_from_text
+from sglang_sim.engine import Engine, EngineConfig, Job
+from sglang_sim.prefix_cache import PrefixCache
+from sglang_sim.tokens import BLOCK_TOKENS, CHARS_PER_TOKEN, prompt_from_text
 
 REPO = Path(__file__).resolve().parents[2]
 MOONCAKE = REPO.parent / "shared" / "traces" / "mooncake_synthetic_trace.jsonl"

@@ -1,6 +1,6 @@
 """Writes what the released SGLang wheels say into the repository:
 
-- `operator/sglang_operator/sim/sglang_releases.py`: each release's launch flags, parser name and tracked HTTP
+- `testing/sglang_sim/sglang_releases.py`: each release's launch flags, parser name and tracked HTTP
   routes, the table the simulator parses with (`sim/versions.py`);
 - `docs/compatibility.md`: the matrix, release x feature, and the capacity worked example.
 

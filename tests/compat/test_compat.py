@@ -24,8 +24,8 @@ from sglang_operator.api.releases import (
     parse_version,
     supported,
 )
-from sglang_operator.sim import args as sim_args
-from sglang_operator.sim import sglang_releases, versions
+from sglang_sim import args as sim_args
+from sglang_sim import sglang_releases, versions
 
 from . import generate, samples
 from .wheels import RELEASES, Release, WheelDownloadError, release, version_key, wheel

@@ -2,12 +2,12 @@
 
 import pytest
 
-from sglang_operator.sim.args import parse, resolve
-from sglang_operator.sim.engine import Engine, Job
-from sglang_operator.sim.knobs import knobs_from_env
-from sglang_operator.sim.server import capacity, engine_config
-from sglang_operator.sim.tokens import prompt_from_text
-from sglang_operator.sim.versions import DEFAULT_VERSION
+from sglang_sim.args import parse, resolve
+from sglang_sim.engine import Engine, Job
+from sglang_sim.knobs import knobs_from_env
+from sglang_sim.server import capacity, engine_config
+from sglang_sim.tokens import prompt_from_text
+from sglang_sim.versions import DEFAULT_VERSION
 
 SLOW = {"SGLANG_SIM_SLOWDOWN": "4", "SGLANG_SIM_SLOW_REPLICAS": "1,3"}
 COLD = {"SGLANG_SIM_CACHE_DISABLED": "1", "SGLANG_SIM_COLD_CACHE_REPLICAS": "2"}

@@ -1,4 +1,4 @@
-"""The pure parts of the local cluster's prometheus-adapter (e2e/localcluster/adapter.py): its external metric rule,
+"""The pure parts of the local cluster's prometheus-adapter (testing/localcluster/adapter.py): its external metric rule,
 its arguments, and the APIService that puts it behind the aggregator. e2e/tests/test_hpa.py runs them for real."""
 
 import base64

@@ -49,7 +49,7 @@ def test_sglang_launch_server_runs_the_simulator_on_the_pod_ip() -> None:
         (
             "/venv/bin/python",
             "-m",
-            "sglang_operator.sim",
+            "sglang_sim",
             "--sim-version",
             "0.5.23",
             "--model-path",
@@ -68,7 +68,7 @@ def test_sglang_serve_and_missing_host() -> None:
     mapped = map_container("lmsysorg/sglang:latest", ["sglang", "serve"], ["--model-path", "m"], IP, TOOLS)
     assert isinstance(mapped, Runnable)
     assert mapped.argv[-2:] == ("--host", IP)  # SGLang's pod-local default would collide between pods
-    assert mapped.argv[1:5] == ("-m", "sglang_operator.sim", "--model-path", "m")  # no version: the default
+    assert mapped.argv[1:5] == ("-m", "sglang_sim", "--model-path", "m")  # no version: the default
 
 
 def test_the_simulator_plays_the_release_the_tag_names() -> None:
@@ -80,7 +80,7 @@ def test_the_simulator_plays_the_release_the_tag_names() -> None:
         TOOLS,
     )
     assert isinstance(mapped, Runnable)
-    assert mapped.argv[1:5] == ("-m", "sglang_operator.sim", "--sim-version", "0.5.15.post1")
+    assert mapped.argv[1:5] == ("-m", "sglang_sim", "--sim-version", "0.5.15.post1")
 
 
 def test_host_equals_form_is_rewritten() -> None:

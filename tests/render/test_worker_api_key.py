@@ -62,5 +62,5 @@ def test_the_local_cluster_runs_the_launcher_with_the_simulator() -> None:
     mapped = map_container("lmsysorg/sglang:v0.5.21", container["command"], [], "127.0.0.5", tools)  # type: ignore[arg-type]
     assert isinstance(mapped, Runnable)
     assert mapped.argv[:2] == ("/venv/bin/python", "-c")
-    assert "'sglang_operator.sim'" in mapped.argv[2] and "sglang.launch_server" not in mapped.argv[2]
+    assert "'sglang_sim'" in mapped.argv[2] and "sglang.launch_server" not in mapped.argv[2]
     assert mapped.argv[3:5] == ("--sim-version", "0.5.21") and "--model-path" in mapped.argv

@@ -17,10 +17,10 @@ from pathlib import Path
 
 import pytest
 
-from sglang_operator.sim.args import parse, resolve
-from sglang_operator.sim.knobs import knobs_from_env
-from sglang_operator.sim.server import Simulator
-from sglang_operator.sim.versions import DEFAULT_VERSION
+from sglang_sim.args import parse, resolve
+from sglang_sim.knobs import knobs_from_env
+from sglang_sim.server import Simulator
+from sglang_sim.versions import DEFAULT_VERSION
 
 # Fast by default: no start-up delay, every simulated duration x0.01 (10 ms/token -> 0.1 ms/token).
 FAST_ENV = {"SGLANG_SIM_STARTUP_SECONDS": "0", "SGLANG_SIM_TIME_SCALE": "0.01"}
@@ -90,7 +90,7 @@ class Procs:
         full = {**os.environ, **FAST_ENV, **(env or {})}
         log = open(self.tmp / f"sim-{len(self.procs)}.log", "wb")  # noqa: SIM115 - closed with the process
         p = subprocess.Popen(
-            [sys.executable, "-m", "sglang_operator.sim", *args], env=full, stdout=log, stderr=subprocess.STDOUT
+            [sys.executable, "-m", "sglang_sim", *args], env=full, stdout=log, stderr=subprocess.STDOUT
         )
         self.procs.append(p)
         return p

@@ -5,9 +5,9 @@ from __future__ import annotations
 
 import pytest
 
-from sglang_operator.sim import main
-from sglang_operator.sim.args import ArgsError, ServerArgs, launch_problem, parse, resolve
-from sglang_operator.sim.knobs import SimKnobs, knobs_from_env
+from sglang_sim import main
+from sglang_sim.args import ArgsError, ServerArgs, launch_problem, parse, resolve
+from sglang_sim.knobs import SimKnobs, knobs_from_env
 
 
 def resolved(*argv: str) -> ServerArgs:

@@ -4,9 +4,9 @@ from __future__ import annotations
 
 import pytest
 
-from sglang_operator.sim.engine import BusyTracker, Engine, EngineConfig, Job
-from sglang_operator.sim.prefix_cache import PrefixCache
-from sglang_operator.sim.tokens import BLOCK_TOKENS, prompt_from_ids, prompt_from_text
+from sglang_sim.engine import BusyTracker, Engine, EngineConfig, Job
+from sglang_sim.prefix_cache import PrefixCache
+from sglang_sim.tokens import BLOCK_TOKENS, prompt_from_ids, prompt_from_text
 
 
 def cfg(**kw: object) -> EngineConfig:

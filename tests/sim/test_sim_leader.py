@@ -7,8 +7,8 @@ from typing import Any
 
 import aiohttp
 
-from sglang_operator.sim.args import ServerArgs, parse, resolve
-from sglang_operator.sim.leader import leader_url
+from sglang_sim.args import ServerArgs, parse, resolve
+from sglang_sim.leader import leader_url
 
 
 def worker_args(addr: str) -> ServerArgs:

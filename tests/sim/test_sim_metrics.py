@@ -2,9 +2,9 @@
 
 from __future__ import annotations
 
-from sglang_operator.sim.args import ServerArgs, parse, resolve
-from sglang_operator.sim.engine import Schedule
-from sglang_operator.sim.metrics import (
+from sglang_sim.args import ServerArgs, parse, resolve
+from sglang_sim.engine import Schedule
+from sglang_sim.metrics import (
     Counter,
     Histogram,
     PodIdentity,

@@ -8,7 +8,7 @@ import asyncio
 
 import pytest
 
-from sglang_operator.sim.knobs import knobs_from_env
+from sglang_sim.knobs import knobs_from_env
 
 from .conftest import run_sim
 

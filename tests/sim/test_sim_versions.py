@@ -11,13 +11,13 @@ import yaml
 
 from sglang_operator.api.releases import MOE_A2A_BACKEND_SINCE, format_version
 from sglang_operator.api.spec import SGLangDeploymentSpec
-from sglang_operator.sim import main
-from sglang_operator.sim.args import ArgsError, launch_problem, parse, resolve
-from sglang_operator.sim.knobs import SimKnobs
-from sglang_operator.sim.server import capacity
-from sglang_operator.sim.sglang_releases import RELEASES
-from sglang_operator.sim.versions import DEFAULT_VERSION, UnknownVersion, normalize, split_version
 from sglang_operator.topology import launch_args, topology
+from sglang_sim import main
+from sglang_sim.args import ArgsError, launch_problem, parse, resolve
+from sglang_sim.knobs import SimKnobs
+from sglang_sim.server import capacity
+from sglang_sim.sglang_releases import RELEASES
+from sglang_sim.versions import DEFAULT_VERSION, UnknownVersion, normalize, split_version
 
 from ..conftest import REPO
 

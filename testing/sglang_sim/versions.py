@@ -19,7 +19,8 @@ from decimal import Decimal
 from functools import cache
 from typing import Any
 
-from ..api.constants import DEFAULT_SGLANG_VERSION
+from sglang_operator.api.constants import DEFAULT_SGLANG_VERSION
+
 from .sglang_releases import ENDPOINTS, FLAGS, PROGS, RELEASES, FlagRow
 
 VERSION_ENV = "SGLANG_SIM_VERSION"

@@ -17,8 +17,9 @@ from collections.abc import Sequence
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
-from ..api.releases import Version, parse_version
-from ..capacity import running_requests_per_rank
+from sglang_operator.api.releases import Version, parse_version
+from sglang_operator.capacity import running_requests_per_rank
+
 from . import versions
 
 # Backends whose all-to-all spans the whole TP group, so SGLang sets ep_size = tp_size (overrides.py).

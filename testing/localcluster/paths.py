@@ -11,8 +11,8 @@ import os
 from dataclasses import dataclass
 from pathlib import Path
 
-E2E_DIR = Path(__file__).resolve().parent.parent
-REPO_ROOT = E2E_DIR.parent
+REPO_ROOT = Path(__file__).resolve().parents[2]  # testing/localcluster/paths.py
+E2E_DIR = REPO_ROOT / "e2e"
 GO_MODULE_DIR = E2E_DIR / "cluster"
 
 # Environment variable set on every process the cluster starts; `down` uses it to find stragglers.

@@ -5,7 +5,7 @@ release, 0.5.23): parses `sglang.launch_server`'s flags exactly as that release 
 release does not have, a value it does not accept: argparse's message, exit 2), applies its argument resolution
 and start-up checks (same messages, exit 1), and serves its HTTP API (`/ready` only from 0.5.20; `/get_load`,
 up to 0.5.20, is not simulated), JSON shapes, status codes and Prometheus metric names, so the smg router, the
-operator and Prometheus cannot tell it from the real server. Entry points: `python -m sglang_operator.sim
+operator and Prometheus cannot tell it from the real server. Entry points: `python -m sglang_sim
 [--sim-version X] <flags>` and `main(argv)`.
 
 Simulation knobs (environment; pods set them through `engine.env`):

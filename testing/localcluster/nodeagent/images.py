@@ -4,7 +4,7 @@ image name contains            command accepted                                 
 `sglang-operator`              `sglang-operator ...`, `kopf ...`, none (entrypoint)   the same script
 `smg`, `sgl-model-gateway`,    `smg ...`, `python3 -m smg[.launch_router] ...`,       the real `smg`
 `sglang-router`                `python3 -m sglang_router.launch_router ...`, none
-`sglang`                       `python3 -m sglang.launch_server ...`, `sglang serve`  `python -m sglang_operator.sim`
+`sglang`                       `python3 -m sglang.launch_server ...`, `sglang serve`  `python -m sglang_sim`
                                                                                       `--sim-version <the tag's>`
 
 The simulator plays the SGLang release the image's tag names (`v0.5.21-cu129` -> 0.5.21: its flags, checks and
@@ -39,7 +39,7 @@ from sglang_operator.render.workers import LAUNCH_WITH_API_KEY
 
 NOT_RUNNABLE = "ImageNotRunnableLocally"
 
-SIM_MODULE = "sglang_operator.sim"
+SIM_MODULE = "sglang_sim"
 _UNSPECIFIED = re.compile(r"(?<![\d.])0\.0\.0\.0(?![\d.])")
 _PYTHON = re.compile(r"python(\d+(\.\d+)?)?$")
 _LOOPBACK_HOSTS = ("0.0.0.0", "::", "[::]", "127.0.0.1", "localhost", "::1")
