@@ -264,32 +264,10 @@ def check_events(
     document_starts: set[int] = set()
     for event in _events(text, loader_cls):
         if isinstance(event, yaml.DocumentStartEvent):
-            if event.version is not None or event.tags:
-                raise CRFileError(
-                    f"{name}: {_line(event)}: YAML directives (%YAML, %TAG) are not accepted: kubectl cuts the file "
-                    "at '---' and reads a directive apart from its document; leave them out"
-                )
-            if event.explicit and event.start_mark is not None:
-                document_starts.add(event.start_mark.index)
+            _check_document_start(event, name, document_starts)
         if isinstance(event, yaml.NodeEvent):
             nodes += 1
-            if nodes > MAX_NODES:
-                raise CRFileError(
-                    f"{name}: {_line(event)}: more than {MAX_NODES} values (scalars, lists and maps): a CR has a few "
-                    "hundred; is this the right file?"
-                )
-        anchor = getattr(event, "anchor", None)
-        if isinstance(event, yaml.AliasEvent) or anchor is not None:
-            raise CRFileError(
-                f"{name}: {_line(event)}: YAML anchors and aliases (&{anchor}, *{anchor}) are not accepted: "
-                "a CR has no need for them; write the value out"
-            )
-        tag = getattr(event, "tag", None)
-        if tag is not None and tag not in _CORE_TAGS:
-            raise CRFileError(
-                f"{name}: {_line(event)}: the YAML tag {tag[:60]!r} is not accepted: a CR holds strings, numbers, "
-                "booleans, lists and maps only"
-            )
+            _check_node(event, name, nodes)
         is_key = bool(frames) and isinstance(event, yaml.NodeEvent) and _check_key(frames[-1], event, name)
         if isinstance(event, yaml.MappingStartEvent | yaml.SequenceStartEvent):
             frames.append(_Frame(mapping=isinstance(event, yaml.MappingStartEvent)))
@@ -300,23 +278,60 @@ def check_events(
         elif isinstance(event, yaml.MappingEndEvent | yaml.SequenceEndEvent):
             frames.pop()
         elif isinstance(event, yaml.ScalarEvent):
-            if _SURROGATE.search(event.value):
-                raise CRFileError(
-                    f"{name}: {_line(event)}: a \\ud800-\\udfff escape (a lone UTF-16 surrogate) is not text; "
-                    "write the character itself"
-                )
-            if len(event.value) > MAX_NUMBER_CHARS and _looks_numeric(event, resolver):
-                raise CRFileError(
-                    f"{name}: {_line(event)}: a number of {len(event.value)} characters is not accepted: no field "
-                    "takes one that large"
-                )
-            problem = (
-                (_reading_problem(event, resolver, is_key) or _escape_problem(event, text)) if kubectl_yaml else None
-            )
-            if problem:
-                raise CRFileError(f"{name}: {_line(event)}: {problem}")
+            _check_scalar(event, text, name, resolver, is_key, kubectl_yaml)
     if kubectl_yaml:
         _check_separators(text, name, separators, document_starts)
+
+
+def _check_document_start(event: yaml.DocumentStartEvent, name: str, document_starts: set[int]) -> None:
+    """No directive; an explicit `---` start is noted (kubectl must cut the file at the same places)."""
+    if event.version is not None or event.tags:
+        raise CRFileError(
+            f"{name}: {_line(event)}: YAML directives (%YAML, %TAG) are not accepted: kubectl cuts the file "
+            "at '---' and reads a directive apart from its document; leave them out"
+        )
+    if event.explicit and event.start_mark is not None:
+        document_starts.add(event.start_mark.index)
+
+
+def _check_node(event: yaml.NodeEvent, name: str, nodes: int) -> None:
+    """A bounded number of values, no anchor or alias, only the core tags."""
+    if nodes > MAX_NODES:
+        raise CRFileError(
+            f"{name}: {_line(event)}: more than {MAX_NODES} values (scalars, lists and maps): a CR has a few "
+            "hundred; is this the right file?"
+        )
+    anchor = getattr(event, "anchor", None)
+    if isinstance(event, yaml.AliasEvent) or anchor is not None:
+        raise CRFileError(
+            f"{name}: {_line(event)}: YAML anchors and aliases (&{anchor}, *{anchor}) are not accepted: "
+            "a CR has no need for them; write the value out"
+        )
+    tag = getattr(event, "tag", None)
+    if tag is not None and tag not in _CORE_TAGS:
+        raise CRFileError(
+            f"{name}: {_line(event)}: the YAML tag {tag[:60]!r} is not accepted: a CR holds strings, numbers, "
+            "booleans, lists and maps only"
+        )
+
+
+def _check_scalar(
+    event: yaml.ScalarEvent, text: str, name: str, resolver: yaml.SafeLoader, is_key: bool, kubectl_yaml: bool
+) -> None:
+    """Text only (no lone surrogate), numbers of bounded length, and (for kubectl's YAML) one reading."""
+    if _SURROGATE.search(event.value):
+        raise CRFileError(
+            f"{name}: {_line(event)}: a \\ud800-\\udfff escape (a lone UTF-16 surrogate) is not text; "
+            "write the character itself"
+        )
+    if len(event.value) > MAX_NUMBER_CHARS and _looks_numeric(event, resolver):
+        raise CRFileError(
+            f"{name}: {_line(event)}: a number of {len(event.value)} characters is not accepted: no field "
+            "takes one that large"
+        )
+    problem = (_reading_problem(event, resolver, is_key) or _escape_problem(event, text)) if kubectl_yaml else None
+    if problem:
+        raise CRFileError(f"{name}: {_line(event)}: {problem}")
 
 
 def _no_constant(word: str) -> Any:

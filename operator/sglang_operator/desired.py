@@ -3,10 +3,10 @@ in status, and the groups' scale targets. The reconciler acts on it; the autosca
 now. Pure.
 """
 
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from typing import Any
 
-from .api.groups import worker_groups
+from .api.groups import WorkerGroup, worker_groups
 from .api.spec import SGLangDeploymentSpec
 
 
@@ -29,13 +29,16 @@ def desired_replicas(spec: SGLangDeploymentSpec, status: Mapping[str, Any]) -> t
 
 
 def group_targets(
-    spec: SGLangDeploymentSpec, status: Mapping[str, Any], scaled: Mapping[str, int] | None = None
+    spec: SGLangDeploymentSpec,
+    status: Mapping[str, Any],
+    scaled: Mapping[str, int] | None = None,
+    groups: Sequence[WorkerGroup] | None = None,
 ) -> dict[str, tuple[int, int]]:
     """(active, warm) per group name. Without groups: the fleet's count. With groups: when the autoscaler owns the
     fleet, its split (`status.autoscaler.groups`) within each group's bounds; else the group's scale target
     (`scaled`, from `scale_target_counts`), else its own `replicas`, else spec.replicas for the group that has none.
-    Warm replicas are a fleet without groups' only."""
-    groups = worker_groups(spec)
+    Warm replicas are a fleet without groups' only. `groups`: `worker_groups(spec)` when the caller has them."""
+    groups = worker_groups(spec) if groups is None else groups
     if not spec.worker_groups:
         return {groups[0].name: desired_replicas(spec, status)}
     split = (status.get("autoscaler") or {}).get("groups")

@@ -112,29 +112,28 @@ def kubectl_scalar(text: str) -> Scalar:
     if text in _WORDS:
         return _WORDS[text]
     if hint == ".":
-        if _DOT_FLOAT.fullmatch(text) and _underscores_ok(text):
-            value = _finite(text)
-            return text if value is None else value
-        return text
+        value = _finite(text) if _DOT_FLOAT.fullmatch(text) and _underscores_ok(text) else None
+        return text if value is None else value
     if hint not in ("D", "S"):
         return text
-    plain = text.replace("_", "")
+    number = _number(text.replace("_", ""))
+    return text if number is None else number
+
+
+def _number(plain: str) -> int | float | None:
+    """A digit- or sign-led scalar (underscores removed) as go-yaml reads it: an int, a uint, a YAML float, a
+    binary int, in that order; None when none of them (the scalar stays a string)."""
     for number in (_parse_int(plain, 0), _parse_uint(plain, 0)):
         if number is not None:
             return number
-    if _YAML_STYLE_FLOAT.fullmatch(plain):
-        value = _finite(plain)
-        if value is not None:
-            return value
+    value = _finite(plain) if _YAML_STYLE_FLOAT.fullmatch(plain) else None
+    if value is not None:
+        return value
     if plain.startswith("0b"):
-        for number in (_parse_int(plain[2:], 2), _parse_uint(plain[2:], 2)):
-            if number is not None:
-                return number
-    elif plain.startswith("-0b"):
-        number = _parse_int("-" + plain[3:], 2)
-        if number is not None:
-            return number
-    return text
+        return next((n for n in (_parse_int(plain[2:], 2), _parse_uint(plain[2:], 2)) if n is not None), None)
+    if plain.startswith("-0b"):
+        return _parse_int("-" + plain[3:], 2)
+    return None
 
 
 def same_value(validate: object, kubectl: Scalar) -> bool:

@@ -57,19 +57,29 @@ def uses_attn_dp_flag(version: str) -> bool:
 
 def launch_args(spec: SGLangDeploymentSpec, node_rank: int = 0, dist_init_host: str | None = None) -> list[str]:
     """The full command of one worker pod: `python3 -m sglang.launch_server` and its flags, user args last."""
-    par, engine = spec.parallelism, spec.engine
+    engine = spec.engine
     args = [
         "python3", "-m", "sglang.launch_server",
         "--model-path", spec.model.path,
         "--served-model-name", spec.served_model_name,
         "--host", "0.0.0.0",
         "--port", str(engine.port),
-        "--tp-size", str(par.tp),
     ]  # fmt: skip
+    args += parallelism_args(spec)
+    args += multi_node_args(spec, node_rank, dist_init_host)
+    args += engine_args(spec)
+    args.append("--enable-metrics")
+    return args + list(engine.args)
+
+
+def parallelism_args(spec: SGLangDeploymentSpec) -> list[str]:
+    """TP, in-process DP, DP-attention in the release's dialect, EP, the all-to-all backend and the DP LM head."""
+    par = spec.parallelism
+    args = ["--tp-size", str(par.tp)]
     if par.dp > 1:
         args += ["--dp-size", str(par.dp)]
     if par.attention_dp > 1:
-        if uses_attn_dp_flag(engine.sglang_version):
+        if uses_attn_dp_flag(spec.engine.sglang_version):
             args += ["--attn-dp-size", str(par.attention_dp)]
         else:
             args += ["--dp-size", str(par.attention_dp), "--enable-dp-attention"]
@@ -79,23 +89,35 @@ def launch_args(spec: SGLangDeploymentSpec, node_rank: int = 0, dist_init_host: 
         args += ["--moe-a2a-backend", par.moe_a2a_backend]
     if par.dp_lm_head:
         args.append("--enable-dp-lm-head")
-    if par.nnodes > 1:
-        if dist_init_host is None:
-            raise ValueError("a multi-node replica needs the rank-0 host for --dist-init-addr")
-        args += [
-            "--nnodes", str(par.nnodes),
-            "--node-rank", str(node_rank),
-            "--dist-init-addr", f"{dist_init_host}:{DIST_INIT_PORT}",
-        ]  # fmt: skip
+    return args
+
+
+def multi_node_args(spec: SGLangDeploymentSpec, node_rank: int, dist_init_host: str | None) -> list[str]:
+    """A replica over several nodes: its node count, this pod's rank and rank 0's address; none on one node."""
+    nnodes = spec.parallelism.nnodes
+    if nnodes <= 1:
+        return []
+    if dist_init_host is None:
+        raise ValueError("a multi-node replica needs the rank-0 host for --dist-init-addr")
+    return [
+        "--nnodes", str(nnodes),
+        "--node-rank", str(node_rank),
+        "--dist-init-addr", f"{dist_init_host}:{DIST_INIT_PORT}",
+    ]  # fmt: skip
+
+
+def engine_args(spec: SGLangDeploymentSpec) -> list[str]:
+    """The engine's typed settings and the model's revision and trust, each only when set."""
+    engine, model = spec.engine, spec.model
+    args: list[str] = []
     if engine.max_running_requests is not None:
         args += ["--max-running-requests", str(engine.max_running_requests)]
     if engine.mem_fraction_static is not None:
         args += ["--mem-fraction-static", repr(engine.mem_fraction_static)]
     if engine.context_length is not None:
         args += ["--context-length", str(engine.context_length)]
-    if spec.model.revision:
-        args += ["--revision", spec.model.revision]
-    if spec.model.trust_remote_code:
+    if model.revision:
+        args += ["--revision", model.revision]
+    if model.trust_remote_code:
         args.append("--trust-remote-code")
-    args.append("--enable-metrics")
-    return args + list(engine.args)
+    return args

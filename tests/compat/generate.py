@@ -33,7 +33,7 @@ from . import samples
 from .wheels import RELEASES, Flag, Release, release
 
 REPO = Path(__file__).resolve().parents[2]
-SIM_TABLE = REPO / "operator" / "sglang_operator" / "sim" / "sglang_releases.py"
+SIM_TABLE = REPO / "testing" / "sglang_sim" / "sglang_releases.py"
 DOC = REPO / "docs" / "compatibility.md"
 SMG_VERSION = "1.13.0"
 

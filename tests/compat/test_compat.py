@@ -178,7 +178,7 @@ def test_smg_dry_parse_can_fail() -> None:
 
 
 def test_the_simulators_table_is_the_wheels(releases: list[Release]) -> None:
-    """sim/sglang_releases.py holds exactly what the wheels say (data, not text)."""
+    """testing/sglang_sim/sglang_releases.py holds exactly what the wheels say (data, not text)."""
     expected = generate.table_rows(releases)
     rows = {(r[1], r[2], r[3], r[4], r[5], r[6], r[7], r[8]): r[0] for r in sglang_releases.FLAGS}
     assert len(rows) == len(sglang_releases.FLAGS)

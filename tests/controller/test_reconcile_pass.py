@@ -134,17 +134,19 @@ def test_a_failing_step_becomes_one_condition_and_one_event_then_clears() -> Non
 
 
 def test_a_failure_before_anything_is_observed_keeps_the_last_counts() -> None:
+    """The children step comes before the workers are observed: its failure stops the chain there."""
     reconciler, fake = cluster({"replicas": 1, "router": {"enabled": False}})
     reconciler.reconcile(NS, NAME)
     before = dict(fake.objects[("SGLangDeployment", NAME)]["status"])
-    fake.failures[("list", "Pod")] = ApiException(status=500, reason="Internal Server Error")
+    set_spec(fake, networkPolicy={"enabled": True})
+    fake.failures[("apply", "NetworkPolicy")] = ApiException(status=500, reason="Internal Server Error")
     reconciler.reconcile(NS, NAME)
     after = fake.objects[("SGLangDeployment", NAME)]["status"]
     assert condition(fake, "Degraded")["message"] == (
-        "reading worker pods: the API server answered 500 Internal Server Error"
+        "applying NetworkPolicy chat-workers: the API server answered 500 Internal Server Error"
     )
-    assert {k: v for k, v in after.items() if k != "conditions"} == {
-        k: v for k, v in before.items() if k != "conditions"
+    assert {k: v for k, v in after.items() if k not in ("conditions", "observedGeneration")} == {
+        k: v for k, v in before.items() if k not in ("conditions", "observedGeneration")
     }
 
 

@@ -6,7 +6,7 @@ A group the spec no longer has (a group removed, or the implicit group's pods on
 """
 
 from collections.abc import Mapping
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Any
 
 from ..api.constants import LABEL_WORKER_GROUP
@@ -15,13 +15,13 @@ from ..api.spec import SGLangDeploymentSpec
 from ..desired import group_targets
 from ..observed import ReplicaView, group_replicas
 from ..render import revision_hash
-from .loads import Loads
-from .planner import BURST_PODS, Plan, Targets
+from .planner import BURST_PODS, Targets
 
 
-@dataclass
+@dataclass(frozen=True)
 class GroupPass:
-    """One group's part of a pass: what it should run and what it runs, then its loads and plan."""
+    """One group as a pass observes it: what it should run and what it runs (its loads and plan are the pass's
+    later steps' results, kept beside it by group name)."""
 
     group: WorkerGroup
     revision: str
@@ -29,8 +29,6 @@ class GroupPass:
     warm: int
     replicas: list[ReplicaView]
     retired: bool = False
-    loads: Loads = field(default_factory=Loads)
-    plan: Plan = field(default_factory=Plan)
 
     @property
     def name(self) -> str:
@@ -64,9 +62,10 @@ def group_passes(
     by_group: dict[str, list[dict[str, Any]]] = {}
     for pod in pods:
         by_group.setdefault(pod_group(pod), []).append(pod)
-    targets = group_targets(spec, status, scaled)
+    groups = worker_groups(spec)
+    targets = group_targets(spec, status, scaled, groups)
     passes = []
-    for group in worker_groups(spec):
+    for group in groups:
         active, warm = targets[group.name]
         replicas = group_replicas(by_group.pop(group.name, []))
         passes.append(GroupPass(group, revision_hash(group.spec), active, warm, replicas))

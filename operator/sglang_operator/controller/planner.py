@@ -126,9 +126,33 @@ def _plan_unbounded(
     off_router: frozenset[int],
     unknown_loads: Mapping[int, str],
 ) -> Plan:
+    """The plan before the burst bound, in the order its parts depend on each other: failed replicas go, finished
+    drains go, then the serving ones are split by revision and role (active or warm) for the rollout or scale."""
     plan = Plan()
     indices = _free_indices(r.index for r in replicas)
-    live: list[ReplicaView] = []
+    live = _replace_failed(replicas, plan)
+    _delete_finished_drains(live, targets, loads, deregistered, now, unknown_loads, plan)
+    serving = [r for r in live if r.draining_since is None]
+    current = [r for r in serving if r.revision == targets.revision]
+    old = [r for r in serving if r.revision != targets.revision]
+    active = [r for r in current if not r.warm]
+    warm = [r for r in current if r.warm]
+    plan.delete.extend(r.index for r in old if r.warm)  # old warm replicas carry no traffic: replaced outright
+    old = [r for r in old if not r.warm]
+    _promote_warm(active, warm, targets, plan)
+    short = targets.active - len(active)
+    if old:
+        creatable = _roll_out(active, old, short, targets, loads, off_router, plan)
+    else:
+        creatable = max(short, 0)
+        _scale_down(active, short, targets, loads, off_router, plan)
+    _create(creatable, warm, targets, indices, loads, off_router, plan)
+    return plan
+
+
+def _replace_failed(replicas: list[ReplicaView], plan: Plan) -> list[ReplicaView]:
+    """The replicas neither being deleted nor failed; a failed one is deleted (and recreated by a later pass)."""
+    live = []
     for replica in replicas:
         if replica.deleting:
             continue
@@ -138,61 +162,97 @@ def _plan_unbounded(
             plan.events.append(Event(kind, f"replica {replica.index} failed; recreating it", warning=True))
         else:
             live.append(replica)
+    return live
 
+
+def _delete_finished_drains(
+    live: list[ReplicaView],
+    targets: Targets,
+    loads: Mapping[int, int],
+    deregistered: set[int],
+    now: float,
+    unknown_loads: Mapping[int, str],
+    plan: Plan,
+) -> None:
+    """A draining replica is deleted once it is off every router with nothing in flight (and the settle time
+    passed), or when its drain timeout passed."""
+    timeout = targets.strategy.drain_timeout_seconds
     for replica in live:
         since = replica.draining_since
         if since is None:
             continue
         settled = now - since >= DRAIN_SETTLE_SECONDS
         drained = replica.index in deregistered and loads.get(replica.index) == 0 and settled
-        if drained or now - since >= targets.strategy.drain_timeout_seconds:
-            plan.delete.append(replica.index)
-            plan.finished_drains[replica.index] = not drained
-            how = "drained" if drained else f"drain timed out after {targets.strategy.drain_timeout_seconds}s"
-            if not drained and replica.index in unknown_loads:
-                how += f" (in-flight requests unknown: {unknown_loads[replica.index]})"
-            plan.events.append(Event("Drained", f"replica {replica.index} {how}; deleting it"))
+        if not drained and now - since < timeout:
+            continue
+        plan.delete.append(replica.index)
+        plan.finished_drains[replica.index] = not drained
+        how = "drained" if drained else f"drain timed out after {timeout}s"
+        if not drained and replica.index in unknown_loads:
+            how += f" (in-flight requests unknown: {unknown_loads[replica.index]})"
+        plan.events.append(Event("Drained", f"replica {replica.index} {how}; deleting it"))
 
-    serving = [r for r in live if r.draining_since is None]
-    current = [r for r in serving if r.revision == targets.revision]
-    old = [r for r in serving if r.revision != targets.revision]
-    active = [r for r in current if not r.warm]
-    warm = [r for r in current if r.warm]
 
-    # Old warm replicas carry no traffic: replace them outright.
-    for replica in old:
-        if replica.warm:
-            plan.delete.append(replica.index)
-    old = [r for r in old if not r.warm]
-
+def _promote_warm(active: list[ReplicaView], warm: list[ReplicaView], targets: Targets, plan: Plan) -> None:
+    """Warm replicas fill a shortfall of active ones first, ready ones first (moved from `warm` to `active`)."""
     short = targets.active - len(active)
     for replica in sorted(warm, key=lambda r: (not r.ready, r.index))[: min(max(short, 0), max(1, targets.burst))]:
         plan.promote.append(replica.index)
         plan.events.append(Event("Promoted", f"warm replica {replica.index} promoted to serve traffic"))
         warm.remove(replica)
         active.append(replica)
-    short = targets.active - len(active)
 
-    if old:
-        surge_room = targets.active + targets.strategy.max_surge - len(active) - len(old)
-        creatable = max(0, min(short, surge_room))
-        min_ready = targets.active - targets.strategy.max_unavailable
-        ready_count = sum(r.ready for r in active) + sum(r.ready for r in old)
-        for replica in _removal_order(old, loads, off_router):
-            if not replica.ready:
-                plan.drain.append(replica.index)  # serves nothing, so removing it costs no availability
-            elif ready_count - 1 >= min_ready:
-                plan.drain.append(replica.index)
-                ready_count -= 1
-        plan.drain_reason, plan.drain_message = "RollingOut", "draining old-revision replicas {replicas}"
-    else:
-        creatable = max(short, 0)
-        for replica in _removal_order(active, loads, off_router)[: max(-short, 0)]:
+
+def _roll_out(
+    active: list[ReplicaView],
+    old: list[ReplicaView],
+    short: int,
+    targets: Targets,
+    loads: Mapping[int, int],
+    off_router: frozenset[int],
+    plan: Plan,
+) -> int:
+    """Drain old-revision replicas while at least `active - maxUnavailable` stay ready; returns how many new ones
+    may be created within `maxSurge`."""
+    surge_room = targets.active + targets.strategy.max_surge - len(active) - len(old)
+    min_ready = targets.active - targets.strategy.max_unavailable
+    ready_count = sum(r.ready for r in active) + sum(r.ready for r in old)
+    for replica in _removal_order(old, loads, off_router):
+        if not replica.ready:
+            plan.drain.append(replica.index)  # serves nothing, so removing it costs no availability
+        elif ready_count - 1 >= min_ready:
             plan.drain.append(replica.index)
-        plan.drain_reason = "ScalingDown"
-        plan.drain_message = f"draining replicas {{replicas}} (scale to {targets.active})"
+            ready_count -= 1
+    plan.drain_reason, plan.drain_message = "RollingOut", "draining old-revision replicas {replicas}"
+    return max(0, min(short, surge_room))
 
-    # Never more indices than one pass may create (`_within_burst` trims to the same bound).
+
+def _scale_down(
+    active: list[ReplicaView],
+    short: int,
+    targets: Targets,
+    loads: Mapping[int, int],
+    off_router: frozenset[int],
+    plan: Plan,
+) -> None:
+    """Drain the active replicas beyond the target, in removal order."""
+    for replica in _removal_order(active, loads, off_router)[: max(-short, 0)]:
+        plan.drain.append(replica.index)
+    plan.drain_reason = "ScalingDown"
+    plan.drain_message = f"draining replicas {{replicas}} (scale to {targets.active})"
+
+
+def _create(
+    creatable: int,
+    warm: list[ReplicaView],
+    targets: Targets,
+    indices: Iterator[int],
+    loads: Mapping[int, int],
+    off_router: frozenset[int],
+    plan: Plan,
+) -> None:
+    """New active replicas (never more indices than one pass may create: `_within_burst` trims to the same
+    bound), then the warm ones missing, or the surplus warm ones deleted."""
     plan.create_active = [next(indices) for _ in range(min(creatable, max(1, targets.burst)))]
     if creatable:
         later = creatable - len(plan.create_active)
@@ -202,4 +262,3 @@ def _plan_unbounded(
     plan.create_warm = [next(indices) for _ in range(min(max(missing_warm, 0), max(1, targets.burst)))]
     for replica in _removal_order(warm, loads, off_router)[: max(-missing_warm, 0)]:
         plan.delete.append(replica.index)
-    return plan

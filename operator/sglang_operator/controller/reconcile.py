@@ -1,14 +1,22 @@
-"""One idempotent reconcile pass: parse -> check policy -> children -> observe -> plan -> apply -> routers -> status.
+"""One idempotent reconcile pass, as a chain of named steps over a snapshot of one CR:
+
+    parse + policy -> children -> observe -> decide -> sync routers -> apply replicas -> report
+
+`children` observes, decides and writes the shared children (Services, the router Deployment, ...); `observe` reads
+the worker pods, the scale targets, the loads the plan needs and the routers' lists; `decide` (pure, `steps.py`)
+plans each group and says who is routed and who is in the InferencePool; `sync routers` makes every router list
+the routed workers; `apply replicas` carries out the plans (only the drains every router confirmed); `report`
+writes status, the scale targets' status and events. Each step returns a frozen value the next ones read.
 
 Level-based: everything is read from the cluster's state (and the routers) on every pass, nothing needed for
-correctness lives in memory, and a pass with nothing to change writes nothing. The state comes as a `Snapshot`:
-from the operator's watch caches when the daemon runs the pass (no request to the API server), or read from the API
-by `reconcile(namespace, name)` (tests, one-off runs).
+correctness lives in memory, and a pass with nothing to change writes nothing. The state comes as a `Snapshot`,
+from the operator's watch caches when the loop runs the pass (no request to the API server), or read from the API
+into the same shape by `reconcile(namespace, name)` (tests, one-off runs): one read path.
 
-Errors are status (like kuberay's `reconcileFuncs`): the pass runs step by step, each inside `_step`; the first
-step that fails stops the pass, and `Degraded` says which step failed and what the API answered (reason ReconcileError),
-with one Warning event per distinct problem, cleared by the next good pass. Name collisions and child kinds the
-cluster does not serve are problems of the same kind that do not stop the pass.
+Errors are status (like kuberay's `reconcileFuncs`): each step runs inside `_step`; the first step that fails stops
+the pass, and `Degraded` says which step failed and what the API answered (reason ReconcileError), with one Warning
+event per distinct problem, cleared by the next good pass. Name collisions and child kinds the cluster does not
+serve are problems of the same kind that do not stop the pass.
 """
 
 import logging
@@ -23,45 +31,44 @@ from kubernetes import client
 from kubernetes.client.exceptions import ApiException
 
 from .. import metrics
-from ..api.constants import (
-    ANNOTATION_DRAINING,
-    ANNOTATION_WARM,
-    COMPONENT_ROUTER,
-    COMPONENT_WORKER,
-    GROUP,
-    LABEL_COMPONENT,
-    LABEL_DEPLOYMENT,
-    PLURAL,
-    VERSION,
-)
-from ..api.scaletarget import SCALE_PLURAL
-from ..api.spec import SecretKeyRef, SGLangDeploymentSpec
+from ..api.constants import ANNOTATION_DRAINING, ANNOTATION_WARM, COMPONENT_ROUTER, COMPONENT_WORKER, LABEL_COMPONENT
+from ..api.spec import SecretKeyRef
 from ..api.validation import check_pod_policy, parse_spec
-from ..observed import ReplicaView, owned_by, router_pod_of
+from ..observed import owned_by, router_pod_of
 from ..render import Owner, replica_pods, shared_children
+from ..runtime.conditions import condition, merge_conditions
 from ..runtime.kube import API_TIMEOUT
-from ..runtime.state import KINDS, SECRETS, Expectations, Snapshot, TtlCache
+from ..runtime.readback import read_snapshot
+from ..runtime.state import SECRETS, SERVED_KINDS, Expectations, Snapshot, TtlCache
 from ..runtime.writer import ChildRef, KindUnavailable, Outcome, Writer, possible_children, stale_children
 from ..secretref import secret_key_text, unusable_credential
 from ..settings import OperatorSettings
 from .apierrors import describe_causes
 from .fleet import GroupPass, group_passes
-from .inferencepool import membership_changes, membership_labels, pool_members
+from .inferencepool import membership_changes, membership_labels
 from .loads import fetch_in_flight
-from .planner import Plan, plan_replicas
+from .planner import Plan
 from .routers import observe_routers, sync_routers
 from .scaletargets import STATUS_WRITES_PER_PASS, ScaleTargetVerdict, scale_target_counts, scale_target_status
 from .status import (
     PROBLEM_REASONS,
-    GroupObservation,
     Problem,
     RouterObservation,
     compute_status,
-    condition,
     failed_pass_status,
-    merge_conditions,
     problem_event,
     status_changed,
+)
+from .steps import (
+    Decided,
+    PassContext,
+    RouterSync,
+    Seen,
+    applied_plan,
+    decide,
+    drains_now,
+    merged_plan,
+    observations,
 )
 
 log = logging.getLogger(__name__)
@@ -113,11 +120,6 @@ def _step(name: str) -> Iterator[None]:
         raise StepFailed(describe_failure(name, exc)) from exc
 
 
-def _absent(replicas: list[ReplicaView], listed: set[str]) -> frozenset[int]:
-    """Indices of the replicas whose URL is not in `listed` (or that have no URL yet)."""
-    return frozenset(r.index for r in replicas if r.url is None or r.url not in listed)
-
-
 class Reconciler:
     def __init__(
         self,
@@ -134,97 +136,14 @@ class Reconciler:
         self.writer = Writer(api)
         self.settings = settings
         self.secrets = secrets if secrets is not None else SECRETS
-        self.kinds = kinds if kinds is not None else KINDS
-        self._snapshot = Snapshot(body={}, pods=[])
+        self.kinds = kinds if kinds is not None else SERVED_KINDS
 
-    # -- reads -------------------------------------------------------------------------------------------------
-    def _get(self, reader: Any, *args: Any) -> dict[str, Any] | None:
-        try:
-            return dict(self.api.sanitize_for_serialization(reader(*args, _request_timeout=API_TIMEOUT)))
-        except ApiException as exc:
-            if exc.status == 404:
-                return None
-            raise
-
-    def _pods(self, component: str) -> list[dict[str, Any]]:
-        """The snapshot's pods of one component (workers or routers); listed from the API, once per pass, when the
-        snapshot holds none (`Snapshot.pods` None)."""
-        if self._snapshot.pods is None:
-            meta = self._snapshot.body["metadata"]
-            listed = self.core.list_namespaced_pod(
-                meta["namespace"], label_selector=f"{LABEL_DEPLOYMENT}={meta['name']}", _request_timeout=API_TIMEOUT
-            )
-            pods = [dict(self.api.sanitize_for_serialization(pod)) for pod in listed.items]
-            self._snapshot = Snapshot(body=self._snapshot.body, pods=pods, children=self._snapshot.children)
-        return [
-            pod for pod in self._snapshot.pods or []
-            if ((pod.get("metadata") or {}).get("labels") or {}).get(LABEL_COMPONENT) == component
-        ]  # fmt: skip
-
-    def _scale_targets(self) -> list[dict[str, Any]]:
-        """The SGLangWorkerGroups naming this CR: from the watch, or listed when the snapshot has none (a cluster
-        without their CRD has none)."""
-        if self._snapshot.scale_targets is not None:
-            return self._snapshot.scale_targets
-        meta = self._snapshot.body["metadata"]
-        try:
-            listed = self.custom.list_namespaced_custom_object(
-                GROUP, VERSION, meta["namespace"], SCALE_PLURAL, _request_timeout=API_TIMEOUT
-            )
-        except ApiException as exc:
-            if exc.status == 404:
-                return []
-            raise
-        return [t for t in listed.get("items") or [] if (t.get("spec") or {}).get("deployment") == meta["name"]]
-
-    def _write_scale_targets(
-        self,
-        namespace: str,
-        name: str,
-        targets: list[dict[str, Any]],
-        verdicts: list[ScaleTargetVerdict],
-        status: dict[str, Any],
-    ) -> None:
-        """Each scale target's status: its group's serving replicas and pod selector (what an HPA reads through its
-        /scale) and whether it is in effect; written only when it changed, and at most STATUS_WRITES_PER_PASS per
-        pass (a namespace user may create any number of them; the rest are written by later passes)."""
-        serving = {g["name"]: g["replicas"] for g in status.get("groups") or []}
-        by_name = {str((t.get("metadata") or {}).get("name")): t for t in targets}
-        stale = [(verdict, scale_target_status(verdict, by_name[verdict.name], serving, name)) for verdict in verdicts]
-        stale = [(verdict, wanted) for verdict, wanted in stale if by_name[verdict.name].get("status") != wanted]
-        # The ones in effect first (an HPA reads them), then those never written: none waits behind busy others.
-        stale.sort(key=lambda item: (not item[0].in_effect, bool(by_name[item[0].name].get("status"))))
-        for verdict, wanted in stale[:STATUS_WRITES_PER_PASS]:
-            self.writer.patch_scale_target_status(namespace, verdict.name, wanted)
-
-    def _secret_text(self, ref: SecretKeyRef | None, namespace: str, field: str) -> str | None:
-        """A key of a Secret of the CR's namespace that the CR names at `field` (the router's or the workers' API
-        key). Read only by passes that need it, and kept for `state.SECRET_TTL_SECONDS`: a rotated key is used
-        within a minute, and a quiet fleet costs one GET per Secret per minute, not one per pass. Whatever makes it
-        unusable is logged in the one message of `secretref` (nothing of the Secret's content or existence)."""
-        if ref is None:
-            return None
-
-        def read() -> dict[str, Any] | None:
-            try:
-                return self._get(self.core.read_namespaced_secret, ref.name, namespace)
-            except ApiException as exc:
-                if exc.status == 403:  # forbidden reads as missing: the same message below
-                    return None
-                raise
-
-        secret = self.secrets.get((namespace, ref.name), read)
-        text = secret_key_text((secret or {}).get("data"), ref.key)
-        if text is None:
-            name = (self._snapshot.body.get("metadata") or {}).get("name")
-            log.warning("%s/%s: %s", namespace, name, unusable_credential(field, ref.name, ref.key))
-        return text
-
-    # -- the pass ----------------------------------------------------------------------------------------------
+    # -- entry points ------------------------------------------------------------------------------------------
     def reconcile(self, namespace: str, name: str) -> PassResult:
-        """One pass from state read from the API server (the CR, then its pods and children as the pass goes)."""
-        body = self._get(self.custom.get_namespaced_custom_object, GROUP, VERSION, namespace, PLURAL, name)
-        return PassResult() if body is None else self.run(Snapshot(body=body, pods=None))
+        """One pass over the CR as the API server shows it now (tests, one-off runs): the snapshot is read into the
+        shape the watches give the loop, then run the same way."""
+        snapshot = read_snapshot(self.writer, namespace, name)
+        return PassResult() if snapshot is None else self.run(snapshot)
 
     def run(self, snapshot: Snapshot) -> PassResult:
         """One pass over `snapshot`, timed and counted in the operator's metrics by result."""
@@ -244,15 +163,12 @@ class Reconciler:
                 metrics.fleet_status(meta["namespace"], meta["name"], result.status)
 
     def _run(self, snapshot: Snapshot) -> PassResult:
-        self._snapshot = snapshot
+        """Parse and check the spec, then run the steps; a failed step becomes status."""
         self.writer.expected = Expectations(since=time.monotonic())
         body = snapshot.body
-        namespace, name = body["metadata"]["namespace"], body["metadata"]["name"]
-        if body["metadata"].get("deletionTimestamp"):
+        meta = body["metadata"]
+        if meta.get("deletionTimestamp"):
             return PassResult()
-        stamp = datetime.now(UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
-        generation = int(body["metadata"].get("generation") or 0)
-        previous: dict[str, Any] = body.get("status") or {}
         before = dict(self.writer.writes)
         spec, errors = parse_spec(body.get("spec"))
         if spec is None:
@@ -260,15 +176,32 @@ class Reconciler:
         violations = check_pod_policy(spec, self.settings.pod_policy)
         if violations:
             return self._refuse(body, "PolicyViolation", "; ".join(str(e) for e in violations), before)
+        ctx = PassContext(
+            body=body, spec=spec, owner=Owner(name=meta["name"], namespace=meta["namespace"], uid=meta["uid"]),
+            now=datetime.now(UTC), pods=list(snapshot.pods or []), children=dict(snapshot.children or {}),
+            scale_targets=list(snapshot.scale_targets or []),
+        )  # fmt: skip
         try:
-            return self._pass(body, spec, before)
+            return self._steps(ctx, before)
         except Exception as exc:  # a step's failure, or a bug between steps: either way, status says so
             if not isinstance(exc, StepFailed):
-                log.exception("%s/%s: reconcile pass failed", namespace, name)
+                log.exception("%s/%s: reconcile pass failed", ctx.namespace, ctx.name)
             message = str(exc) if isinstance(exc, StepFailed) else describe_failure("reconciling", exc)
-            status = failed_pass_status(previous, Problem("ReconcileError", message), generation, stamp)
-            self._write_status(body, previous, status)
+            status = failed_pass_status(ctx.previous, Problem("ReconcileError", message), ctx.generation, ctx.stamp)
+            self._write_status(body, ctx.previous, status)
             return PassResult(status=status, writes=self._delta(before), failed=True, expected=self.writer.expected)
+
+    def _steps(self, ctx: PassContext, before: dict[str, int]) -> PassResult:
+        """The chain: each step reads what the earlier ones returned; the first failure ends it (`StepFailed`)."""
+        problems = self._children(ctx)
+        seen = self._observe(ctx)
+        decided = decide(ctx.spec, seen, ctx.now.timestamp())
+        sync = self._sync_routers(ctx, seen, decided)
+        self._apply_replicas(ctx, seen, decided, sync)
+        status = self._report(ctx, seen, decided, sync, problems)
+        plans = [applied_plan(decided, sync, group.name) for group in seen.groups]
+        return PassResult(plan=merged_plan(plans), status=status, writes=self._delta(before),
+                          expected=self.writer.expected, routers_changed=sync.changed)  # fmt: skip
 
     def _refuse(self, body: dict[str, Any], reason: str, message: str, before: dict[str, int]) -> PassResult:
         """A spec the operator will not act on: no child is written; Ready=False says why, with one event."""
@@ -283,6 +216,231 @@ class Reconciler:
                                      body["metadata"]["resourceVersion"])  # fmt: skip
             self.writer.event(body, reason, message, warning=True)
         return PassResult(status=status, writes=self._delta(before))
+
+    # -- step: children ----------------------------------------------------------------------------------------
+    def _children(self, ctx: PassContext) -> list[Problem]:
+        """Write the rendered children the CR owns (or may create), delete the owned ones no longer rendered, and
+        return the problems: names taken by objects the CR does not own, kinds the cluster does not serve."""
+        owner = ctx.owner
+        with _step("rendering children"):
+            rendered = shared_children(ctx.spec, owner, self.settings)
+        observed, unserved = self._observed_children(ctx, {ChildRef.of(child) for child in rendered})
+        problems: list[Problem] = []
+        for child in rendered:
+            ref = ChildRef.of(child)
+            if (ref.api_version, ref.kind) in unserved:
+                problems.append(unserved_problem(ref))
+                continue
+            problem = self._ensure_child(owner, child, observed.get(ref))
+            if problem is not None:
+                problems.append(problem)
+        for ref in stale_children(owner.name, rendered, observed, owner.uid):
+            with _step(f"deleting {ref}"):
+                self.writer.delete_child(ref, owner.namespace, observed[ref])
+            log.info("%s/%s: deleted %s (no longer rendered)", owner.namespace, owner.name, ref)
+        return sorted(problems, key=lambda p: (p.reason != "NameCollision", p.message))
+
+    def _observed_children(
+        self, ctx: PassContext, wanted: set[ChildRef]
+    ) -> tuple[dict[ChildRef, dict[str, Any]], set[tuple[str, str]]]:
+        """The children the snapshot shows, and the kinds the cluster does not serve among those the render wants
+        (only a kind that may not be served costs a read, cached: `_served`)."""
+        observed: dict[ChildRef, dict[str, Any]] = {}
+        unserved: set[tuple[str, str]] = set()
+        for ref in possible_children(ctx.name):
+            if (ref.kind, ref.name) in ctx.children:
+                observed[ref] = ctx.children[(ref.kind, ref.name)]
+            elif ref in wanted and "/" in ref.api_version and not self._served(ref, ctx.namespace):
+                unserved.add((ref.api_version, ref.kind))
+        return observed, unserved
+
+    def _ensure_child(self, owner: Owner, child: dict[str, Any], observed: dict[str, Any] | None) -> Problem | None:
+        """Apply one rendered child; the problem it meets, if any (a kind gone meanwhile, a name collision)."""
+        ref = ChildRef.of(child)
+        with _step(f"applying {ref}"):
+            try:
+                outcome = self.writer.ensure(child, observed, owner.uid)
+            except KindUnavailable:
+                self.kinds.forget((owner.namespace, ref.api_version, ref.kind))
+                return unserved_problem(ref)
+        if outcome is Outcome.COLLISION:
+            return Problem("NameCollision", f"{ref} exists and is not owned by this SGLangDeployment; left unchanged "
+                           "(rename or remove it)")  # fmt: skip
+        if outcome is not Outcome.UNCHANGED:
+            log.info("%s/%s: %s %s", owner.namespace, owner.name, outcome.value, ref)
+        return None
+
+    def _served(self, ref: ChildRef, namespace: str) -> bool:
+        """Whether the API server serves the child's kind (a custom one: a PodMonitor needs its CRD). One GET of
+        the child, kept for `state.KIND_TTL_SECONDS` and shared by every CR of the namespace; an answer other than
+        "not served" counts as served (the apply then says what is wrong)."""
+
+        def read() -> bool:
+            try:
+                self.writer.read(ref, namespace)
+            except KindUnavailable:
+                return False
+            except ApiException:
+                return True
+            return True
+
+        return bool(self.kinds.get((namespace, ref.api_version, ref.kind), read))
+
+    # -- step: observe -----------------------------------------------------------------------------------------
+    def _observe(self, ctx: PassContext) -> Seen:
+        """The worker pods by group with what each group should run, the loads the plans need, the routers'
+        lists."""
+        spec = ctx.spec
+        with _step("reading worker pods"):
+            pods = [pod for pod in _component(ctx.pods, COMPONENT_WORKER) if owned_by(pod, ctx.owner.uid)]
+        with _step("reading worker groups' scale targets"):
+            scaled, verdicts = scale_target_counts(spec, ctx.name, ctx.scale_targets)
+        groups = group_passes(spec, ctx.previous, pods, scaled)
+        with _step("reading worker loads"):
+            needs_loads = {g.name: g.needs_loads() for g in groups}
+            needs_key = any(needs_loads.values()) or spec.router.enabled  # the routers get it with registrations
+            worker_ref = spec.engine.api_key_secret_ref if needs_key else None
+            worker_key = self._secret_text(worker_ref, ctx.namespace, "spec.engine.apiKeySecretRef", ctx.name)
+            loads = {g.name: fetch_in_flight(needs_loads[g.name], api_key=worker_key) for g in groups}
+        routers = None
+        if spec.router.enabled:
+            with _step("reading router pods"):
+                router_pods = [p for p in _component(ctx.pods, COMPONENT_ROUTER) if router_pod_of(p, ctx.name)]
+                api_key = self._secret_text(
+                    spec.router.api_key_secret_ref, ctx.namespace, "spec.router.apiKeySecretRef", ctx.name
+                )
+            with _step("reading router worker lists"):
+                routers = observe_routers(router_pods, api_key, worker_api_key=worker_key)
+        return Seen(groups=groups, loads=loads, routers=routers, verdicts=verdicts)
+
+    def _secret_text(self, ref: SecretKeyRef | None, namespace: str, field: str, cr: str = "") -> str | None:
+        """A key of a Secret of the CR's namespace that the CR names at `field` (the router's or the workers' API
+        key). Read only by passes that need it, and kept for `state.SECRET_TTL_SECONDS`: a rotated key is used
+        within a minute, and a quiet fleet costs one GET per Secret per minute, not one per pass. Whatever makes it
+        unusable is logged in the one message of `secretref` (nothing of the Secret's content or existence); `cr`:
+        the CR's name, for the log."""
+        if ref is None:
+            return None
+
+        def read() -> dict[str, Any] | None:
+            try:
+                secret = self.core.read_namespaced_secret(ref.name, namespace, _request_timeout=API_TIMEOUT)
+                return dict(self.api.sanitize_for_serialization(secret))
+            except ApiException as exc:
+                if exc.status in (403, 404):  # forbidden reads as missing: the same message below
+                    return None
+                raise
+
+        secret = self.secrets.get((namespace, ref.name), read)
+        text = secret_key_text((secret or {}).get("data"), ref.key)
+        if text is None:
+            log.warning("%s/%s: %s", namespace, cr, unusable_credential(field, ref.name, ref.key))
+        return text
+
+    # -- step: sync routers ------------------------------------------------------------------------------------
+    def _sync_routers(self, ctx: PassContext, seen: Seen, decided: Decided) -> RouterSync:
+        """Every router lists the routed workers; the drains that may start are those every router confirmed."""
+        if seen.routers is None:
+            idle = RouterObservation(enabled=False, ready_pods=0, registered=0, synced=True)
+            return RouterSync(idle, changed=False, drains=drains_now(seen, decided, set()))
+        with _step("syncing router membership"):
+            synced = sync_routers(seen.routers, decided.routed)
+        for failure in synced.failures:
+            log.warning("%s/%s: %s", ctx.namespace, ctx.name, failure)
+        # A replica a router still lists is not drained yet: the next pass decides again (and, preferring removals
+        # under way, picks it again); its drain event is posted when the drain really starts.
+        drains = drains_now(seen, decided, synced.unconfirmed_removals)
+        for group in seen.groups:
+            held = [i for i in decided.plans[group.name].drain if i not in drains[group.name]]
+            if held:
+                log.info("%s/%s: replicas %s wait for a router to apply their removal", ctx.namespace, ctx.name, held)
+        return RouterSync(synced.observation, synced.changed and not synced.failures, drains)
+
+    # -- step: apply replicas ----------------------------------------------------------------------------------
+    def _apply_replicas(self, ctx: PassContext, seen: Seen, decided: Decided, sync: RouterSync) -> None:
+        """The InferencePool labels, then each group's plan as the pass carries it out."""
+        with _step("applying the replica plan"):
+            self._label_pool_members(ctx, seen, decided.members, sync)
+            for group in seen.groups:
+                self._apply_plan(ctx, group, applied_plan(decided, sync, group.name))
+
+    def _label_pool_members(self, ctx: PassContext, seen: Seen, members: set[str], sync: RouterSync) -> None:
+        """Set or remove the InferencePool membership label (`inferencepool.py`) where a worker pod's differs from
+        `members`, through the bookkeeping apply. A pod whose drain starts on this pass is left to `_apply_plan`:
+        its drain apply names no label, so the label goes in the same write that marks it draining."""
+        live = ctx.pods_by_name()
+        workers = {pod_name: live[pod_name] for g in seen.groups for r in g.replicas for pod_name in r.pod_names
+                   if pod_name in live}  # fmt: skip
+        starting = {pod_name for g in seen.groups for r in g.replicas if r.index in sync.drains[g.name]
+                    for pod_name in r.pod_names}  # fmt: skip
+        for pod_name, member in sorted(membership_changes(workers, members).items()):
+            if pod_name in starting:
+                continue
+            meta = workers[pod_name].get("metadata") or {}
+            annotations = _bookkeeping_annotations(meta)
+            self.writer.annotate_pod(ctx.namespace, pod_name, meta.get("uid"), annotations, membership_labels(member))
+
+    def _apply_plan(self, ctx: PassContext, group: GroupPass, plan: Plan) -> None:
+        """Deletes, drains, promotions, creations, then the plan's events, in that order."""
+        by_index = {r.index: r for r in group.replicas}
+        for index in plan.delete:
+            for pod_name in by_index[index].pod_names:
+                self.writer.delete_pod(ctx.namespace, pod_name)
+        for index in plan.drain:
+            self._bookkeeping(ctx, by_index[index].pod_names, {ANNOTATION_DRAINING: ctx.stamp})
+            metrics.drain_started()
+        for index in plan.promote:
+            # "false", not a removed key: the pod was created with `warm: "true"`, a field of its create, which an
+            # apply can change but not drop.
+            self._bookkeeping(ctx, by_index[index].pod_names, {ANNOTATION_WARM: "false"})
+        self._create_replicas(ctx, group, plan)
+        drain_event = plan.drain_event
+        prefix = f"group {group.name}: " if group.name else ""
+        for event in plan.events + ([drain_event] if drain_event else []):
+            self.writer.event(ctx.body, event.reason, prefix + event.message, event.warning)
+
+    def _bookkeeping(self, ctx: PassContext, pod_names: list[str], change: dict[str, str]) -> None:
+        """Apply each pod's bookkeeping annotations as they are plus `change`: the apply names every key the
+        operator keeps on the pod, so none of the others is dropped."""
+        live = ctx.pods_by_name()
+        for pod_name in pod_names:
+            meta = (live.get(pod_name) or {}).get("metadata") or {}
+            kept = _bookkeeping_annotations(meta)
+            self.writer.annotate_pod(ctx.namespace, pod_name, meta.get("uid"), {**kept, **change})
+
+    def _create_replicas(self, ctx: PassContext, group: GroupPass, plan: Plan) -> None:
+        for index, is_warm in [(i, False) for i in plan.create_active] + [(i, True) for i in plan.create_warm]:
+            for pod in replica_pods(group.group.spec, ctx.owner, group.revision, index, group.name):
+                if is_warm:
+                    pod["metadata"]["annotations"][ANNOTATION_WARM] = "true"
+                self.writer.create_pod(pod)
+
+    # -- step: report ------------------------------------------------------------------------------------------
+    def _report(
+        self, ctx: PassContext, seen: Seen, decided: Decided, sync: RouterSync, problems: list[Problem]
+    ) -> dict[str, Any]:
+        """Drain metrics, then status (one patch when it changed), the scale targets' status and the router's
+        failure event; returns the status."""
+        now = ctx.now.timestamp()
+        for group in seen.groups:
+            by_index = {r.index: r for r in group.replicas}
+            plan = decided.plans[group.name]
+            for index, timed_out in sorted(plan.finished_drains.items()):
+                since = by_index[index].draining_since
+                if index in plan.delete and since is not None:
+                    metrics.drain_finished(max(0.0, now - since), timed_out)
+        status = compute_status(
+            name=ctx.name, namespace=ctx.namespace, generation=ctx.generation, spec=ctx.spec,
+            groups=observations(seen, decided), router=sync.observation,
+            failed_replicas=sum(r.failed for g in seen.groups for r in g.replicas), previous=ctx.previous,
+            now=ctx.stamp, problems=problems,
+        )  # fmt: skip
+        written = self._write_status(ctx.body, ctx.previous, status)
+        with _step("writing scale targets' status"):
+            self._write_scale_targets(ctx, seen.verdicts, status)
+        if written and sync.observation.error and _degraded_changed(ctx.previous, status):
+            self.writer.event(ctx.body, "RegistrationFailed", sync.observation.error, warning=True)
+        return status
 
     def _write_status(self, body: dict[str, Any], previous: dict[str, Any], status: dict[str, Any]) -> bool:
         """One status patch when anything changed, and one Warning event when a new problem appeared. True when
@@ -301,231 +459,29 @@ class Reconciler:
             self.writer.event(body, problem.reason, problem.message, warning=True)
         return written
 
-    def _children(self, spec: SGLangDeploymentSpec, owner: Owner) -> list[Problem]:
-        """Write the rendered children the CR owns (or may create), delete the owned ones no longer rendered, and
-        return the problems: names taken by objects the CR does not own, kinds the cluster does not serve."""
-        with _step("rendering children"):
-            rendered = shared_children(spec, owner, self.settings)
-        wanted = {ChildRef.of(child) for child in rendered}
-        observed: dict[ChildRef, dict[str, Any]] = {}
-        unserved: set[tuple[str, str]] = set()
-        watched = self._snapshot.children
-        if watched is not None:  # from the watch: only a kind that may not be served costs a (cached) read
-            for ref in possible_children(owner.name):
-                if (ref.kind, ref.name) in watched:
-                    observed[ref] = watched[(ref.kind, ref.name)]
-                elif ref in wanted and "/" in ref.api_version and not self._served(ref, owner.namespace):
-                    unserved.add((ref.api_version, ref.kind))
-        for ref in possible_children(owner.name) if watched is None else []:
-            with _step(f"reading {ref}"):
-                try:
-                    found = self.writer.read(ref, owner.namespace)
-                except KindUnavailable:
-                    unserved.add((ref.api_version, ref.kind))
-                    continue
-                except ApiException as exc:
-                    if exc.status == 403 and ref not in wanted:
-                        continue  # not allowed to read it, so never created it either: nothing to clean up
-                    raise
-            if found is not None:
-                observed[ref] = found
-        problems: list[Problem] = []
-        for child in rendered:
-            ref = ChildRef.of(child)
-            if (ref.api_version, ref.kind) in unserved:
-                problems.append(unserved_problem(ref))
-                continue
-            with _step(f"applying {ref}"):
-                try:
-                    outcome = self.writer.ensure(child, observed.get(ref), owner.uid)
-                except KindUnavailable:
-                    self.kinds.forget((owner.namespace, ref.api_version, ref.kind))
-                    problems.append(unserved_problem(ref))
-                    continue
-            if outcome is Outcome.COLLISION:
-                problems.append(Problem("NameCollision", f"{ref} exists and is not owned by this SGLangDeployment; "
-                                        "left unchanged (rename or remove it)"))  # fmt: skip
-            elif outcome is not Outcome.UNCHANGED:
-                log.info("%s/%s: %s %s", owner.namespace, owner.name, outcome.value, ref)
-        for ref in stale_children(owner.name, rendered, observed, owner.uid):
-            with _step(f"deleting {ref}"):
-                self.writer.delete_child(ref, owner.namespace, observed[ref])
-            log.info("%s/%s: deleted %s (no longer rendered)", owner.namespace, owner.name, ref)
-        return sorted(problems, key=lambda p: (p.reason != "NameCollision", p.message))
-
-    def _served(self, ref: ChildRef, namespace: str) -> bool:
-        """Whether the API server serves the child's kind (a custom one: a PodMonitor needs its CRD). One GET of
-        the child, kept for `state.KIND_TTL_SECONDS` and shared by every CR of the namespace; an answer other than
-        "not served" counts as served (the apply then says what is wrong)."""
-
-        def read() -> bool:
-            try:
-                self.writer.read(ref, namespace)
-            except KindUnavailable:
-                return False
-            except ApiException:
-                return True
-            return True
-
-        return bool(self.kinds.get((namespace, ref.api_version, ref.kind), read))
-
-    def _pass(self, body: dict[str, Any], spec: SGLangDeploymentSpec, before: dict[str, int]) -> PassResult:
-        meta = body["metadata"]
-        namespace, name = meta["namespace"], meta["name"]
-        now = datetime.now(UTC)
-        stamp = now.strftime("%Y-%m-%dT%H:%M:%SZ")
-        generation = int(meta.get("generation") or 0)
-        previous: dict[str, Any] = body.get("status") or {}
-        owner = Owner(name=name, namespace=namespace, uid=meta["uid"])
-        problems = self._children(spec, owner)
-
-        with _step("reading worker pods"):
-            pods = [pod for pod in self._pods(COMPONENT_WORKER) if owned_by(pod, owner.uid)]
-        with _step("reading worker groups' scale targets"):
-            scale_targets = self._scale_targets()
-        scaled, verdicts = scale_target_counts(spec, name, scale_targets)
-        groups = group_passes(spec, previous, pods, scaled)
-        with _step("reading worker loads"):
-            needs_loads = {g.name: g.needs_loads() for g in groups}
-            needs_key = any(needs_loads.values()) or spec.router.enabled  # the routers get it with registrations
-            worker_ref = spec.engine.api_key_secret_ref if needs_key else None
-            worker_key = self._secret_text(worker_ref, namespace, "spec.engine.apiKeySecretRef")
-            for group in groups:
-                group.loads = fetch_in_flight(needs_loads[group.name], api_key=worker_key)
-
-        routers = None
-        if spec.router.enabled:
-            with _step("reading router pods"):
-                router_pods = [p for p in self._pods(COMPONENT_ROUTER) if router_pod_of(p, name)]
-                api_key = self._secret_text(spec.router.api_key_secret_ref, namespace, "spec.router.apiKeySecretRef")
-            with _step("reading router worker lists"):
-                routers = observe_routers(router_pods, api_key, worker_api_key=worker_key)
-        still_listed = routers.registered_urls() if routers is not None else set()
-        everywhere = routers.listed_everywhere() if routers is not None else set()
-        routed: list[str] = []
-        members: set[str] = set()  # rank-0 pods in the InferencePool: registered everywhere, not leaving
-        for group in groups:
-            replicas = group.replicas
-            deregistered, off_router = set(_absent(replicas, still_listed)), _absent(replicas, everywhere)
-            group.plan = plan_replicas(replicas, group.targets(), group.loads.known, deregistered, now.timestamp(),
-                                       off_router, unknown_loads=group.loads.unknown)  # fmt: skip
-            leaving = set(group.plan.drain) | set(group.plan.delete)
-            routed += [
-                r.url for r in replicas
-                if r.url and r.ready and r.draining_since is None and r.index not in leaving
-                and (not r.warm or r.index in group.plan.promote)
-            ]  # fmt: skip
-            registered_urls = everywhere if routers is not None else None
-            members |= pool_members(spec.inference_pool.enabled, replicas, leaving, registered_urls)
-        router_obs = RouterObservation(enabled=False, ready_pods=0, registered=0, synced=True)
-        routers_changed = False
-        if routers is not None:
-            with _step("syncing router membership"):
-                synced = sync_routers(routers, routed)
-            router_obs = synced.observation
-            routers_changed = synced.changed and not synced.failures
-            for failure in synced.failures:
-                log.warning("%s/%s: %s", namespace, name, failure)
-            # A replica a router still lists is not drained yet: the next pass decides again (and, preferring
-            # removals under way, picks it again); its drain event is posted when the drain really starts.
-            for group in groups:
-                by_index = {r.index: r for r in group.replicas}
-                held = [i for i in group.plan.drain if by_index[i].url in synced.unconfirmed_removals]
-                if held:
-                    log.info("%s/%s: replicas %s wait for a router to apply their removal", namespace, name, held)
-                group.plan.drain = [i for i in group.plan.drain if i not in held]
-
-        with _step("applying the replica plan"):
-            self._label_pool_members(owner, groups, members)
-            for group in groups:
-                self._apply_plan(owner, group, stamp, body)
-        observed = []
-        for group in groups:
-            by_index = {r.index: r for r in group.replicas}
-            for index, timed_out in sorted(group.plan.finished_drains.items()):
-                since = by_index[index].draining_since
-                if index in group.plan.delete and since is not None:
-                    metrics.drain_finished(max(0.0, now.timestamp() - since), timed_out)
-            registered = sum(1 for r in group.replicas if r.url in everywhere and r.url in routed)
-            observed.append(GroupObservation(name=group.name, spec=group.group.spec, desired=group.active,
-                                             revision=group.revision, replicas=group.replicas, registered=registered,
-                                             elastic=group.group.elastic, retired=group.retired))  # fmt: skip
-        status = compute_status(
-            name=name, namespace=namespace, generation=generation, spec=spec, groups=observed, router=router_obs,
-            failed_replicas=sum(r.failed for g in groups for r in g.replicas), previous=previous, now=stamp,
-            problems=problems,
-        )  # fmt: skip
-        written = self._write_status(body, previous, status)
-        with _step("writing scale targets' status"):
-            self._write_scale_targets(namespace, name, scale_targets, verdicts, status)
-        if written and router_obs.error and _degraded_changed(previous, status):
-            self.writer.event(body, "RegistrationFailed", router_obs.error, warning=True)
-        plan = groups[0].plan if len(groups) == 1 else _merged_plan([g.plan for g in groups])
-        return PassResult(plan=plan, status=status, writes=self._delta(before), expected=self.writer.expected,
-                          routers_changed=routers_changed)  # fmt: skip
-
-    def _label_pool_members(self, owner: Owner, groups: list[GroupPass], members: set[str]) -> None:
-        """Set or remove the InferencePool membership label (`inferencepool.py`) where a worker pod's differs from
-        `members`, through the bookkeeping apply. A pod whose drain starts on this pass is left to `_apply_plan`:
-        its drain apply names no label, so the label goes in the same write that marks it draining."""
-        live = {(p.get("metadata") or {}).get("name"): p for p in self._snapshot.pods or []}
-        workers = {pod_name: live[pod_name] for g in groups for r in g.replicas for pod_name in r.pod_names
-                   if pod_name in live}  # fmt: skip
-        starting = {pod_name for g in groups for r in g.replicas if r.index in g.plan.drain for pod_name in r.pod_names}
-        for pod_name, member in sorted(membership_changes(workers, members).items()):
-            if pod_name in starting:
-                continue
-            meta = workers[pod_name].get("metadata") or {}
-            annotations = _bookkeeping_annotations(meta)
-            self.writer.annotate_pod(owner.namespace, pod_name, meta.get("uid"), annotations, membership_labels(member))
-
-    def _apply_plan(self, owner: Owner, group: GroupPass, stamp: str, body: dict[str, Any]) -> None:
-        plan, spec = group.plan, group.group.spec
-        by_index = {r.index: r for r in group.replicas}
-        live = {(p.get("metadata") or {}).get("name"): p for p in self._snapshot.pods or []}
-
-        def bookkeeping(pod_name: str, change: dict[str, str]) -> None:
-            """Apply the pod's bookkeeping annotations as they are plus `change`: the apply names every key the
-            operator keeps on the pod, so none of the others is dropped."""
-            meta = (live.get(pod_name) or {}).get("metadata") or {}
-            kept = _bookkeeping_annotations(meta)
-            self.writer.annotate_pod(owner.namespace, pod_name, meta.get("uid"), {**kept, **change})
-
-        for index in plan.delete:
-            for pod_name in by_index[index].pod_names:
-                self.writer.delete_pod(owner.namespace, pod_name)
-        for index in plan.drain:
-            for pod_name in by_index[index].pod_names:
-                bookkeeping(pod_name, {ANNOTATION_DRAINING: stamp})
-            metrics.drain_started()
-        for index in plan.promote:
-            # "false", not a removed key: the pod was created with `warm: "true"`, a field of its create, which an
-            # apply can change but not drop.
-            for pod_name in by_index[index].pod_names:
-                bookkeeping(pod_name, {ANNOTATION_WARM: "false"})
-        for index, is_warm in [(i, False) for i in plan.create_active] + [(i, True) for i in plan.create_warm]:
-            for pod in replica_pods(spec, owner, group.revision, index, group.name):
-                if is_warm:
-                    pod["metadata"]["annotations"][ANNOTATION_WARM] = "true"
-                self.writer.create_pod(pod)
-        drain_event = plan.drain_event
-        prefix = f"group {group.name}: " if group.name else ""
-        for event in plan.events + ([drain_event] if drain_event else []):
-            self.writer.event(body, event.reason, prefix + event.message, event.warning)
+    def _write_scale_targets(
+        self, ctx: PassContext, verdicts: list[ScaleTargetVerdict], status: dict[str, Any]
+    ) -> None:
+        """Each scale target's status: its group's serving replicas and pod selector (what an HPA reads through its
+        /scale) and whether it is in effect; written only when it changed, and at most STATUS_WRITES_PER_PASS per
+        pass (a namespace user may create any number of them; the rest are written by later passes)."""
+        serving = {g["name"]: g["replicas"] for g in status.get("groups") or []}
+        by_name = {str((t.get("metadata") or {}).get("name")): t for t in ctx.scale_targets}
+        stale = [(v, scale_target_status(v, by_name[v.name], serving, ctx.name)) for v in verdicts]
+        stale = [(verdict, wanted) for verdict, wanted in stale if by_name[verdict.name].get("status") != wanted]
+        # The ones in effect first (an HPA reads them), then those never written: none waits behind busy others.
+        stale.sort(key=lambda item: (not item[0].in_effect, bool(by_name[item[0].name].get("status"))))
+        for verdict, wanted in stale[:STATUS_WRITES_PER_PASS]:
+            self.writer.patch_scale_target_status(ctx.namespace, verdict.name, wanted)
 
     def _delta(self, before: dict[str, int]) -> dict[str, int]:
         return {verb: count - before.get(verb, 0) for verb, count in self.writer.writes.items()
                 if count != before.get(verb, 0)}  # fmt: skip
 
 
-def _merged_plan(plans: list[Plan]) -> Plan:
-    """The plans of several groups as one, for what a pass reports (counts, emptiness); each group applied its
-    own. Replica indices are per group, so the merged lists may repeat one."""
-    merged = Plan()
-    for plan in plans:
-        for part in ("create_active", "create_warm", "promote", "drain", "delete", "events"):
-            getattr(merged, part).extend(getattr(plan, part))
-    return merged
+def _component(pods: list[dict[str, Any]], component: str) -> list[dict[str, Any]]:
+    """The pods of one component (workers or routers)."""
+    return [pod for pod in pods if ((pod.get("metadata") or {}).get("labels") or {}).get(LABEL_COMPONENT) == component]
 
 
 def _bookkeeping_annotations(meta: dict[str, Any]) -> dict[str, str]:

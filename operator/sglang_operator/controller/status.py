@@ -12,8 +12,7 @@ from .. import names
 from ..api.constants import COMPONENT_WORKER, LABEL_COMPONENT, LABEL_DEPLOYMENT, LABEL_WORKER_GROUP
 from ..api.spec import SGLangDeploymentSpec
 from ..observed import ReplicaView
-from ..runtime.conditions import condition as condition
-from ..runtime.conditions import merge_conditions as merge_conditions
+from ..runtime.conditions import condition, merge_conditions
 from ..topology import topology
 
 

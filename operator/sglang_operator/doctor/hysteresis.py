@@ -8,7 +8,7 @@ dropped, not raised: the memory is advisory.
 """
 
 from collections.abc import Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 from .model import FINDING_TYPES, Candidate, Diagnosis
@@ -56,50 +56,83 @@ def _sort_key(item: Mapping[str, Any]) -> tuple[int, str]:
 def evolve(previous: Any, diagnosis: Diagnosis, appear_after: int, clear_after: int, now: str) -> Evolution:
     """The next `status.diagnostics` from the previous one (anything, as read from the CR) and this evaluation."""
     previous = previous if isinstance(previous, dict) else {}
-    tracks: dict[tuple[str, str], dict[str, Any]] = {}
-    for item in previous.get("tracking") or []:
-        if isinstance(item, dict) and (key := _key(item)) is not None:
-            tracks[key] = {"type": key[0], "subject": key[1], "seen": _count(item.get("seen")),
-                           "missed": _count(item.get("missed"))}  # fmt: skip
-    findings: dict[tuple[str, str], dict[str, Any]] = {}
-    for item in previous.get("findings") or []:
-        if isinstance(item, dict) and (key := _key(item)) is not None and isinstance(item.get("since"), str):
-            findings[key] = dict(item)
+    tracks, findings = _previous_tracks(previous), _previous_findings(previous)
     candidates = {c.key: c for c in diagnosis.candidates}
-    new_tracks: dict[tuple[str, str], dict[str, Any]] = {}
-    new_findings: dict[tuple[str, str], dict[str, Any]] = {}
-    appeared, cleared = [], []
+    step = _Step(appear_after, clear_after, now)
     for key in sorted(set(tracks) | set(findings) | set(candidates), key=lambda k: (_ORDER[k[0]], k[1])):
         track = tracks.get(key, {"type": key[0], "subject": key[1], "seen": 0, "missed": 0})
         reported = findings.get(key)
         if key[0] in diagnosis.unknown:  # inputs unknown: hold the memory as it was
-            new_tracks[key] = track
-            if reported is not None:
-                new_findings[key] = reported
-            continue
-        candidate = candidates.get(key)
-        if candidate is not None:
-            seen = track["seen"] + 1
-            new_tracks[key] = {**track, "seen": seen, "missed": 0}
-            if reported is not None:
-                new_findings[key] = _finding(candidate, reported["since"])
-            elif seen >= appear_after:
-                new_findings[key] = _finding(candidate, now)
-                appeared.append(new_findings[key])
+            step.hold(key, track, reported)
+        elif key in candidates:
+            step.seen(key, track, reported, candidates[key])
         elif reported is not None:
-            missed = track["missed"] + 1
-            if missed >= clear_after:
-                cleared.append(reported)
-            else:
-                new_tracks[key] = {**track, "missed": missed}
-                new_findings[key] = reported
+            step.missed(key, track, reported)
         # a reading that was not reported yet and is gone now is forgotten: `appearAfter` counts in a row
     status = {
-        "findings": sorted(new_findings.values(), key=_sort_key),
-        "tracking": sorted(new_tracks.values(), key=_sort_key),
-        "unknown": sorted(f"{kind}: {why}" for kind, why in diagnosis.unknown.items()) if new_tracks else [],
+        "findings": sorted(step.findings.values(), key=_sort_key),
+        "tracking": sorted(step.tracks.values(), key=_sort_key),
+        "unknown": sorted(f"{kind}: {why}" for kind, why in diagnosis.unknown.items()) if step.tracks else [],
     }
-    return Evolution(status, tuple(appeared), tuple(cleared))
+    return Evolution(status, tuple(step.appeared), tuple(step.cleared))
+
+
+def _previous_tracks(previous: Mapping[str, Any]) -> dict[tuple[str, str], dict[str, Any]]:
+    """The readings being tracked, as the last status holds them (anything malformed is dropped)."""
+    tracks = {}
+    for item in previous.get("tracking") or []:
+        if isinstance(item, dict) and (key := _key(item)) is not None:
+            tracks[key] = {"type": key[0], "subject": key[1], "seen": _count(item.get("seen")),
+                           "missed": _count(item.get("missed"))}  # fmt: skip
+    return tracks
+
+
+def _previous_findings(previous: Mapping[str, Any]) -> dict[tuple[str, str], dict[str, Any]]:
+    """The findings reported so far, each with the time it first appeared."""
+    findings = {}
+    for item in previous.get("findings") or []:
+        if isinstance(item, dict) and (key := _key(item)) is not None and isinstance(item.get("since"), str):
+            findings[key] = dict(item)
+    return findings
+
+
+@dataclass
+class _Step:
+    """One evaluation's effect on the tracks and findings, key by key."""
+
+    appear_after: int
+    clear_after: int
+    now: str
+    tracks: dict[tuple[str, str], dict[str, Any]] = field(default_factory=dict)
+    findings: dict[tuple[str, str], dict[str, Any]] = field(default_factory=dict)
+    appeared: list[dict[str, Any]] = field(default_factory=list)
+    cleared: list[dict[str, Any]] = field(default_factory=list)
+
+    def hold(self, key: tuple[str, str], track: dict[str, Any], reported: dict[str, Any] | None) -> None:
+        self.tracks[key] = track
+        if reported is not None:
+            self.findings[key] = reported
+
+    def seen(
+        self, key: tuple[str, str], track: dict[str, Any], reported: dict[str, Any] | None, candidate: Candidate
+    ) -> None:
+        """Seen again: reported once seen `appearAfter` times in a row (its first time kept once reported)."""
+        seen = track["seen"] + 1
+        self.tracks[key] = {**track, "seen": seen, "missed": 0}
+        if reported is not None:
+            self.findings[key] = _finding(candidate, reported["since"])
+        elif seen >= self.appear_after:
+            self.findings[key] = _finding(candidate, self.now)
+            self.appeared.append(self.findings[key])
+
+    def missed(self, key: tuple[str, str], track: dict[str, Any], reported: dict[str, Any]) -> None:
+        """A reported finding not seen: cleared once missed `clearAfter` times in a row."""
+        missed = track["missed"] + 1
+        if missed >= self.clear_after:
+            self.cleared.append(reported)
+        else:
+            self.tracks[key] = {**track, "missed": missed}
+            self.findings[key] = reported
 
 
 def is_empty(status: Any) -> bool:

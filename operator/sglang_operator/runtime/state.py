@@ -223,5 +223,5 @@ class TtlCache:
 
 SECRETS = TtlCache(SECRET_TTL_SECONDS)
 """(namespace, name) -> the Secret's data (None when absent)."""
-KINDS = TtlCache(KIND_TTL_SECONDS)
+SERVED_KINDS = TtlCache(KIND_TTL_SECONDS)
 """(namespace, apiVersion, kind) -> whether the API server serves the kind."""

@@ -21,6 +21,7 @@ import kopf
 
 from ..api.constants import GROUP, LABEL_DEPLOYMENT, PLURAL, VERSION
 from ..api.scaletarget import SCALE_PLURAL
+from ..childkinds import CHILD_KINDS
 from . import wakeups
 from .state import ChildKey, plain, pod_key, pod_signature, serving_member, trim_child
 from .supervisor import Supervisor
@@ -71,30 +72,11 @@ async def sgld_pods(namespace: str | None, labels: Mapping[str, str], body: kopf
     return None if key is None else {key: plain(body)}
 
 
-def _child_index(namespace: str | None, name: str | None, body: kopf.Body) -> Any:
+async def child_index(namespace: str | None, name: str | None, body: kopf.Body, **_: Any) -> Any:
+    """One index per child kind of the table (`childkinds`), each by (namespace, kind, name)."""
     if not namespace or not name:
         return None
     return {(namespace, str(body.get("kind")), name): trim_child(body)}
-
-
-async def sgld_services(namespace: str | None, name: str | None, body: kopf.Body, **_: Any) -> Any:
-    return _child_index(namespace, name, body)
-
-
-async def sgld_deployments(namespace: str | None, name: str | None, body: kopf.Body, **_: Any) -> Any:
-    return _child_index(namespace, name, body)
-
-
-async def sgld_networkpolicies(namespace: str | None, name: str | None, body: kopf.Body, **_: Any) -> Any:
-    return _child_index(namespace, name, body)
-
-
-async def sgld_podmonitors(namespace: str | None, name: str | None, body: kopf.Body, **_: Any) -> Any:
-    return _child_index(namespace, name, body)
-
-
-async def sgld_inferencepools(namespace: str | None, name: str | None, body: kopf.Body, **_: Any) -> Any:
-    return _child_index(namespace, name, body)
 
 
 async def sgld_scale_targets(namespace: str | None, spec: Mapping[str, Any], body: kopf.Body, **_: Any) -> Any:
@@ -129,11 +111,8 @@ class _Children(Mapping[ChildKey, Any]):
 
 
 def children_view(**indexes: Any) -> _Children:
-    return _Children({
-        "Service": indexes["sgld_services"], "Deployment": indexes["sgld_deployments"],
-        "NetworkPolicy": indexes["sgld_networkpolicies"], "PodMonitor": indexes["sgld_podmonitors"],
-        "InferencePool": indexes["sgld_inferencepools"],
-    })  # fmt: skip
+    """The child indexes among kopf's `indexes` (by index name) as one mapping."""
+    return _Children({entry.kind: indexes[entry.index] for entry in CHILD_KINDS})
 
 
 async def pod_changed(
@@ -152,15 +131,6 @@ async def pod_changed(
         wakeups.wake(namespace or "", deployment, priority)
 
 
-CHILD_INDEXES = (
-    ("", "v1", "services", sgld_services),
-    ("apps", "v1", "deployments", sgld_deployments),
-    ("networking.k8s.io", "v1", "networkpolicies", sgld_networkpolicies),
-    ("monitoring.coreos.com", "v1", "podmonitors", sgld_podmonitors),
-    ("inference.networking.k8s.io", "v1", "inferencepools", sgld_inferencepools),
-)
-
-
 def operator_registry(supervisor: Supervisor, workers: int) -> kopf.OperatorRegistry:
     """kopf's registry for one operator: the indexes and the events that drive `supervisor`'s loops."""
     registry = kopf.OperatorRegistry()
@@ -174,8 +144,8 @@ def operator_registry(supervisor: Supervisor, workers: int) -> kopf.OperatorRegi
 
     labelled = {LABEL_DEPLOYMENT: kopf.PRESENT}
     kopf.index("", "v1", "pods", labels=labelled, id="sgld_pods", registry=registry)(sgld_pods)
-    for group, version, plural, index in CHILD_INDEXES:
-        kopf.index(group, version, plural, id=index.__name__, registry=registry)(index)
+    for entry in CHILD_KINDS:
+        kopf.index(entry.group, entry.version, entry.plural, id=entry.index, registry=registry)(child_index)
     kopf.index(GROUP, VERSION, SCALE_PLURAL, id="sgld_scale_targets", registry=registry)(sgld_scale_targets)
     kopf.on.event(GROUP, VERSION, SCALE_PLURAL, registry=registry)(scale_target_changed)
     kopf.on.event("", "v1", "pods", labels=labelled, registry=registry)(pod_changed)

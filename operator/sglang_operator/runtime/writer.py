@@ -30,9 +30,9 @@ from typing import Any
 from kubernetes import client
 from kubernetes.client.exceptions import ApiException
 
-from .. import names
 from ..api.constants import ANNOTATION_SPEC_HASH, GROUP, KIND, PLURAL, VERSION
 from ..api.scaletarget import SCALE_PLURAL
+from ..childkinds import CHILD_KINDS, child_kind
 from ..observed import owned_by
 from .kube import API_TIMEOUT, FIELD_MANAGER
 from .state import Expectations
@@ -67,18 +67,10 @@ class ChildRef:
 
 
 def possible_children(deployment: str) -> list[ChildRef]:
-    """Every child other than pods that the operator may create for the CR `deployment`, rendered now or not. Pure.
-
-    `render.shared_children` renders a subset of these; a test keeps the two in agreement."""
+    """Every child other than pods that the operator may create for the CR `deployment`, rendered now or not: one
+    per kind and name of the child-kind table (`childkinds`). Pure."""
     return sorted(
-        [
-            ChildRef("v1", "Service", names.workers_service(deployment)),
-            ChildRef("apps/v1", "Deployment", names.router(deployment)),
-            ChildRef("v1", "Service", names.router(deployment)),
-            ChildRef("monitoring.coreos.com/v1", "PodMonitor", names.pod_monitor(deployment)),
-            ChildRef("networking.k8s.io/v1", "NetworkPolicy", names.network_policy(deployment)),
-            ChildRef("inference.networking.k8s.io/v1", "InferencePool", names.inference_pool(deployment)),
-        ]
+        ChildRef(entry.api_version, entry.kind, name(deployment)) for entry in CHILD_KINDS for name in entry.names
     )
 
 
@@ -192,8 +184,8 @@ class Writer:
             n = self.networking
             return {"create": n.create_namespaced_network_policy, "patch": n.patch_namespaced_network_policy,
                     "read": n.read_namespaced_network_policy, "delete": n.delete_namespaced_network_policy}  # fmt: skip
-        group, version = ref.api_version.split("/")
-        plural = ref.kind.lower() + "s"
+        entry = child_kind(ref.kind)
+        group, version, plural = entry.group, entry.version, entry.plural
         o = self.custom
         return {
             "create": lambda ns, body, **kw: o.create_namespaced_custom_object(group, version, ns, plural, body, **kw),

@@ -1,0 +1,170 @@
+"""What one reconcile pass carries from step to step, and its pure steps.
+
+The pass (`reconcile.Reconciler`) is a chain: children -> observe -> decide -> sync routers -> apply replicas ->
+report. Each step returns a frozen value that the next steps read; none edits what an earlier step decided. The
+pure ones live here: `decide` (each group's plan, who is routed, who is in the InferencePool), `drains_now` (which
+planned drains start after the routers' removals), `observations` (what status reports of each group).
+"""
+
+from collections.abc import Mapping
+from dataclasses import dataclass, replace
+from datetime import datetime
+from typing import Any
+
+from ..api.spec import SGLangDeploymentSpec
+from ..observed import ReplicaView
+from ..render import Owner
+from .fleet import GroupPass
+from .inferencepool import pool_members
+from .loads import Loads
+from .planner import Plan, plan_replicas
+from .routers import RouterState
+from .status import GroupObservation, RouterObservation
+
+
+@dataclass(frozen=True)
+class PassContext:
+    """What the whole pass reads, built once at its start: the CR as the snapshot shows it, parsed."""
+
+    body: dict[str, Any]
+    spec: SGLangDeploymentSpec
+    owner: Owner
+    now: datetime
+    pods: list[dict[str, Any]]
+    """Every labelled pod of the CR (workers and routers), from the snapshot."""
+    children: dict[tuple[str, str], dict[str, Any]]
+    """(kind, name) -> each child the CR may own that exists (trimmed, `state.trim_child`)."""
+    scale_targets: list[dict[str, Any]]
+
+    @property
+    def namespace(self) -> str:
+        return self.owner.namespace
+
+    @property
+    def name(self) -> str:
+        return self.owner.name
+
+    @property
+    def stamp(self) -> str:
+        return self.now.strftime("%Y-%m-%dT%H:%M:%SZ")
+
+    @property
+    def generation(self) -> int:
+        return int(self.body["metadata"].get("generation") or 0)
+
+    @property
+    def previous(self) -> dict[str, Any]:
+        """The status the snapshot shows (what this pass's status is compared with)."""
+        return self.body.get("status") or {}
+
+    def pods_by_name(self) -> dict[str, dict[str, Any]]:
+        return {str((p.get("metadata") or {}).get("name")): p for p in self.pods}
+
+
+@dataclass(frozen=True)
+class Seen:
+    """The observe step's result: the fleet's groups and replicas, their loads, and the routers' lists."""
+
+    groups: list[GroupPass]
+    loads: Mapping[str, Loads]
+    """In-flight requests per group (only where the plan needs them)."""
+    routers: RouterState | None
+    """Each ready router pod's list; None without a router."""
+    verdicts: list[Any]
+    """Each scale target's verdict (`scaletargets.ScaleTargetVerdict`), for its status."""
+
+    def still_listed(self) -> set[str]:
+        return self.routers.registered_urls() if self.routers is not None else set()
+
+    def everywhere(self) -> set[str]:
+        return self.routers.listed_everywhere() if self.routers is not None else set()
+
+
+@dataclass(frozen=True)
+class Decided:
+    """The decide step's result: what each group should do and what the routers and the pool should hold."""
+
+    plans: Mapping[str, Plan]
+    routed: list[str]
+    """URLs every router should list: ready, serving, not leaving (warm ones only once promoted)."""
+    members: set[str]
+    """Rank-0 pods in the InferencePool: registered everywhere, not leaving."""
+
+
+@dataclass(frozen=True)
+class RouterSync:
+    """The router step's result."""
+
+    observation: RouterObservation
+    changed: bool
+    """Workers were added or removed without a failure: status shows the lists from before, a follow-up is due."""
+    drains: Mapping[str, list[int]]
+    """Per group, the planned drains that start now: a replica a router still lists waits for the next pass."""
+
+
+def _absent(replicas: list[ReplicaView], listed: set[str]) -> frozenset[int]:
+    """Indices of the replicas whose URL is not in `listed` (or that have no URL yet)."""
+    return frozenset(r.index for r in replicas if r.url is None or r.url not in listed)
+
+
+def decide(spec: SGLangDeploymentSpec, seen: Seen, now: float) -> Decided:
+    """Each group's plan from its replicas, loads and the routers' lists; the URLs to route and the pool's members
+    that follow from it. Pure."""
+    still_listed, everywhere = seen.still_listed(), seen.everywhere()
+    plans: dict[str, Plan] = {}
+    routed: list[str] = []
+    members: set[str] = set()
+    for group in seen.groups:
+        replicas, loads = group.replicas, seen.loads[group.name]
+        plan = plan_replicas(replicas, group.targets(), loads.known, set(_absent(replicas, still_listed)), now,
+                             _absent(replicas, everywhere), unknown_loads=loads.unknown)  # fmt: skip
+        plans[group.name] = plan
+        leaving = set(plan.drain) | set(plan.delete)
+        routed += [
+            r.url for r in replicas
+            if r.url and r.ready and r.draining_since is None and r.index not in leaving
+            and (not r.warm or r.index in plan.promote)
+        ]  # fmt: skip
+        registered = everywhere if seen.routers is not None else None
+        members |= pool_members(spec.inference_pool.enabled, replicas, leaving, registered)
+    return Decided(plans, routed, members)
+
+
+def drains_now(seen: Seen, decided: Decided, unconfirmed: set[str]) -> dict[str, list[int]]:
+    """Per group, the planned drains whose removal every router applied (`unconfirmed`: URLs a router still
+    routes). Pure."""
+    drains = {}
+    for group in seen.groups:
+        by_index = {r.index: r for r in group.replicas}
+        drains[group.name] = [i for i in decided.plans[group.name].drain if by_index[i].url not in unconfirmed]
+    return drains
+
+
+def applied_plan(decided: Decided, sync: RouterSync, group: str) -> Plan:
+    """A group's plan as the pass carries it out: its drains the ones that start now."""
+    return replace(decided.plans[group], drain=list(sync.drains[group]))
+
+
+def observations(seen: Seen, decided: Decided) -> list[GroupObservation]:
+    """What status reports of each group. Pure."""
+    everywhere = seen.everywhere()
+    return [
+        GroupObservation(
+            name=group.name, spec=group.group.spec, desired=group.active, revision=group.revision,
+            replicas=group.replicas, elastic=group.group.elastic, retired=group.retired,
+            registered=sum(1 for r in group.replicas if r.url in everywhere and r.url in decided.routed),
+        )
+        for group in seen.groups
+    ]  # fmt: skip
+
+
+def merged_plan(plans: list[Plan]) -> Plan:
+    """The plans of several groups as one, for what a pass reports (counts, emptiness); each group applied its
+    own. Replica indices are per group, so the merged lists may repeat one."""
+    if len(plans) == 1:
+        return plans[0]
+    merged = Plan()
+    for plan in plans:
+        for part in ("create_active", "create_warm", "promote", "drain", "delete", "events"):
+            getattr(merged, part).extend(getattr(plan, part))
+    return merged
