@@ -260,9 +260,9 @@ def run_settings(args: argparse.Namespace, environ: Mapping[str, str]) -> Operat
 
 
 def cmd_run(args: argparse.Namespace) -> int:
-    from .app import run_operator_process
+    from .app import operator_loops
     from .runtime import leader
-    from .runtime.runner import LeaderElection
+    from .runtime.runner import LeaderElection, run_operator
 
     election = None
     if args.leader_elect:
@@ -277,8 +277,10 @@ def cmd_run(args: argparse.Namespace) -> int:
             identity=leader.new_identity(args.leader_election_identity, os.environ),
             timing=timing,
         )
-    return run_operator_process(
-        run_settings(args, os.environ),
+    settings = run_settings(args, os.environ)
+    return run_operator(
+        operator_loops(settings),
+        settings,
         namespaces=args.namespace or [],
         verbose=args.verbose,
         liveness=args.liveness,

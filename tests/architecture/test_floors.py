@@ -29,7 +29,6 @@ FLOORS: dict[str, int] = {
     "app": 5,  # the entry points, which compose the peers
     "cli": 5,
     "groupplan": 5,
-    "__main__": 5,
 }
 PEERS = ("controller", "autoscaling", "doctor")
 

@@ -109,6 +109,7 @@ class _Step:
     cleared: list[dict[str, Any]] = field(default_factory=list)
 
     def hold(self, key: tuple[str, str], track: dict[str, Any], reported: dict[str, Any] | None) -> None:
+        """Inputs unknown: the memory stays as it was."""
         self.tracks[key] = track
         if reported is not None:
             self.findings[key] = reported
