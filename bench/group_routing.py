@@ -51,7 +51,7 @@ import aiohttp
 from routing import Procs, free_port, http_get, operator_router_flags, router_argv, running, served, wait_until_ok
 
 MODEL = "sim-model"
-CHARS_PER_TOKEN = 4  # sim/tokens.py
+CHARS_PER_TOKEN = 4  # sglang_sim/tokens.py
 
 
 @dataclass(frozen=True)

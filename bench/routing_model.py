@@ -1,7 +1,7 @@
 """The pure half of `bench/routing.py`: trace prompts as simulator prompts, the direct cache count, the summary.
 
 A Mooncake request names its prompt by `hash_ids`, one id per 512-token block, equal leading ids meaning a
-shared prefix. The simulator caches 16-token blocks of text (4 characters a token, `sim/tokens.py`), and smg's
+shared prefix. The simulator caches 16-token blocks of text (4 characters a token, `sglang_sim/tokens.py`), and smg's
 cache-aware tree matches request text, so each trace block becomes one simulator block: 64 characters derived
 only from the block id. Equal leading ids then give equal leading text (the router's tree sees the shared
 prefix) and equal leading cache keys (the simulator's cache does), and different ids differ in their first
@@ -26,8 +26,8 @@ from datetime import datetime
 from pathlib import Path
 
 TRACE_BLOCK_TOKENS = 512  # the Mooncake trace's hash_ids block
-SIM_BLOCK_TOKENS = 16  # sim/tokens.py BLOCK_TOKENS
-CHARS_PER_TOKEN = 4  # sim/tokens.py CHARS_PER_TOKEN
+SIM_BLOCK_TOKENS = 16  # sglang_sim/tokens.py BLOCK_TOKENS
+CHARS_PER_TOKEN = 4  # sglang_sim/tokens.py CHARS_PER_TOKEN
 SCALE = TRACE_BLOCK_TOKENS // SIM_BLOCK_TOKENS  # trace tokens per simulator token
 BLOCK_CHARS = SIM_BLOCK_TOKENS * CHARS_PER_TOKEN
 SESSION_HEADER = "x-session-id"  # the operator's default routing-key header (StickySessions.headers)
@@ -155,7 +155,7 @@ def hit_tokens(request: TraceRequest, blocks: int) -> int:
 def direct_lru_hit_rate(trace: Sequence[TraceRequest], capacity_blocks: int) -> float:
     """The prefix-hit rate (trace tokens) of one LRU cache of `capacity_blocks` blocks, counted directly.
 
-    Independent of `sim/prefix_cache.py`: a block is its full prefix (a tuple of ids) with the time it was last
+    Independent of `sglang_sim/prefix_cache.py`: a block is its full prefix (a tuple of ids) with the time it was last
     used; a request hits its longest cached leading run; then every block of the prompt (at most the capacity)
     is stamped, deepest first, so a prefix is always more recent than its extensions; while over capacity, the
     block with the oldest stamp goes (a heap of stamps; stale heap entries are skipped).

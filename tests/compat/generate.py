@@ -1,7 +1,7 @@
 """Writes what the released SGLang wheels say into the repository:
 
 - `testing/sglang_sim/sglang_releases.py`: each release's launch flags, parser name and tracked HTTP
-  routes, the table the simulator parses with (`sim/versions.py`);
+  routes, the table the simulator parses with (`sglang_sim/versions.py`);
 - `docs/compatibility.md`: the matrix, release x feature, and the capacity worked example.
 
     .venv/bin/python -m tests.compat.generate          # write both
