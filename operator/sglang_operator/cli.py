@@ -295,8 +295,8 @@ def cmd_doctor(args: argparse.Namespace) -> int:
     from .doctor.report import DoctorError, default_namespace, examine, render
 
     try:
-        environment = load_settings(os.environ)  # the CLI's default Prometheus: $SGLANG_OPERATOR_PROMETHEUS_URL
-        report = examine(args.name, args.namespace or default_namespace(), args.prometheus_url, environment)
+        settings = load_settings(os.environ)  # the CLI's default Prometheus: $SGLANG_OPERATOR_PROMETHEUS_URL
+        report = examine(args.name, args.namespace or default_namespace(), args.prometheus_url, settings)
     except DoctorError as exc:
         raise UsageError(str(exc)) from exc
     sys.stdout.write(render(report, args.output))

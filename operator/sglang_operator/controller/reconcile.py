@@ -131,8 +131,6 @@ class Reconciler:
         """`secrets`, `kinds`: the caches of Secrets and of served kinds (the process-wide ones by default)."""
         self.api = api
         self.core = client.CoreV1Api(api)
-        self.apps = client.AppsV1Api(api)
-        self.custom = client.CustomObjectsApi(api)
         self.writer = Writer(api)
         self.settings = settings
         self.secrets = secrets if secrets is not None else SECRETS
@@ -197,10 +195,10 @@ class Reconciler:
         seen = self._observe(ctx)
         decided = decide(ctx.spec, seen, ctx.now.timestamp())
         sync = self._sync_routers(ctx, seen, decided)
-        self._apply_replicas(ctx, seen, decided, sync)
+        plans = {group.name: applied_plan(decided, sync, group.name) for group in seen.groups}
+        self._apply_replicas(ctx, seen, decided.members, sync, plans)
         status = self._report(ctx, seen, decided, sync, problems)
-        plans = [applied_plan(decided, sync, group.name) for group in seen.groups]
-        return PassResult(plan=merged_plan(plans), status=status, writes=self._delta(before),
+        return PassResult(plan=merged_plan(list(plans.values())), status=status, writes=self._delta(before),
                           expected=self.writer.expected, routers_changed=sync.changed)  # fmt: skip
 
     def _refuse(self, body: dict[str, Any], reason: str, message: str, before: dict[str, int]) -> PassResult:
@@ -357,18 +355,20 @@ class Reconciler:
         return RouterSync(synced.observation, synced.changed and not synced.failures, drains)
 
     # -- step: apply replicas ----------------------------------------------------------------------------------
-    def _apply_replicas(self, ctx: PassContext, seen: Seen, decided: Decided, sync: RouterSync) -> None:
-        """The InferencePool labels, then each group's plan as the pass carries it out."""
+    def _apply_replicas(
+        self, ctx: PassContext, seen: Seen, members: set[str], sync: RouterSync, plans: dict[str, Plan]
+    ) -> None:
+        """The InferencePool labels, then each group's plan as the pass carries it out (`steps.applied_plan`)."""
         with _step("applying the replica plan"):
-            self._label_pool_members(ctx, seen, decided.members, sync)
+            self._label_pool_members(ctx, seen, members, sync)
             for group in seen.groups:
-                self._apply_plan(ctx, group, applied_plan(decided, sync, group.name))
+                self._apply_plan(ctx, group, plans[group.name])
 
     def _label_pool_members(self, ctx: PassContext, seen: Seen, members: set[str], sync: RouterSync) -> None:
         """Set or remove the InferencePool membership label (`inferencepool.py`) where a worker pod's differs from
         `members`, through the bookkeeping apply. A pod whose drain starts on this pass is left to `_apply_plan`:
         its drain apply names no label, so the label goes in the same write that marks it draining."""
-        live = ctx.pods_by_name()
+        live = ctx.pods_by_name
         workers = {pod_name: live[pod_name] for g in seen.groups for r in g.replicas for pod_name in r.pod_names
                    if pod_name in live}  # fmt: skip
         starting = {pod_name for g in seen.groups for r in g.replicas if r.index in sync.drains[g.name]
@@ -402,7 +402,7 @@ class Reconciler:
     def _bookkeeping(self, ctx: PassContext, pod_names: list[str], change: dict[str, str]) -> None:
         """Apply each pod's bookkeeping annotations as they are plus `change`: the apply names every key the
         operator keeps on the pod, so none of the others is dropped."""
-        live = ctx.pods_by_name()
+        live = ctx.pods_by_name
         for pod_name in pod_names:
             meta = (live.get(pod_name) or {}).get("metadata") or {}
             kept = _bookkeeping_annotations(meta)

@@ -9,6 +9,7 @@ planned drains start after the routers' removals), `observations` (what status r
 from collections.abc import Mapping
 from dataclasses import dataclass, replace
 from datetime import datetime
+from functools import cached_property
 from typing import Any
 
 from ..api.spec import SGLangDeploymentSpec
@@ -19,6 +20,7 @@ from .inferencepool import pool_members
 from .loads import Loads
 from .planner import Plan, plan_replicas
 from .routers import RouterState
+from .scaletargets import ScaleTargetVerdict
 from .status import GroupObservation, RouterObservation
 
 
@@ -57,7 +59,9 @@ class PassContext:
         """The status the snapshot shows (what this pass's status is compared with)."""
         return self.body.get("status") or {}
 
+    @cached_property
     def pods_by_name(self) -> dict[str, dict[str, Any]]:
+        """The snapshot's pods by name, built once per pass."""
         return {str((p.get("metadata") or {}).get("name")): p for p in self.pods}
 
 
@@ -70,13 +74,17 @@ class Seen:
     """In-flight requests per group (only where the plan needs them)."""
     routers: RouterState | None
     """Each ready router pod's list; None without a router."""
-    verdicts: list[Any]
-    """Each scale target's verdict (`scaletargets.ScaleTargetVerdict`), for its status."""
+    verdicts: list[ScaleTargetVerdict]
+    """Each scale target's verdict, for its status."""
 
+    @cached_property
     def still_listed(self) -> set[str]:
+        """URLs at least one router lists."""
         return self.routers.registered_urls() if self.routers is not None else set()
 
+    @cached_property
     def everywhere(self) -> set[str]:
+        """URLs every router lists."""
         return self.routers.listed_everywhere() if self.routers is not None else set()
 
 
@@ -110,7 +118,7 @@ def _absent(replicas: list[ReplicaView], listed: set[str]) -> frozenset[int]:
 def decide(spec: SGLangDeploymentSpec, seen: Seen, now: float) -> Decided:
     """Each group's plan from its replicas, loads and the routers' lists; the URLs to route and the pool's members
     that follow from it. Pure."""
-    still_listed, everywhere = seen.still_listed(), seen.everywhere()
+    still_listed, everywhere = seen.still_listed, seen.everywhere
     plans: dict[str, Plan] = {}
     routed: list[str] = []
     members: set[str] = set()
@@ -147,7 +155,7 @@ def applied_plan(decided: Decided, sync: RouterSync, group: str) -> Plan:
 
 def observations(seen: Seen, decided: Decided) -> list[GroupObservation]:
     """What status reports of each group. Pure."""
-    everywhere = seen.everywhere()
+    everywhere = seen.everywhere
     return [
         GroupObservation(
             name=group.name, spec=group.group.spec, desired=group.active, revision=group.revision,
