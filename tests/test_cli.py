@@ -46,7 +46,9 @@ spec:
 def test_examples_validate(example: Path) -> None:
     # deepseek-v3-dpa.yaml caches weights under /models on the node: valid where the operator allows that path.
     # autoscaling.yaml names its own Prometheus: valid where the operator allows that URL.
-    allow = ["--allow-host-path", "/models", "--allow-prometheus-url", "http://prometheus-operated.monitoring.svc:9090"]
+    # deepseek-v3-pd.yaml moves KV over RDMA: valid where the operator names the RDMA device resource.
+    allow = ["--allow-host-path", "/models", "--allow-prometheus-url", "http://prometheus-operated.monitoring.svc:9090",
+             "--rdma-resource", "rdma/ib"]  # fmt: skip
     result = run("validate", "-f", str(example), *allow)
     assert result.returncode == 0, result.stderr
     assert "valid" in result.stdout
@@ -127,7 +129,7 @@ def test_a_terminal_without_unicode_gets_escapes(tmp_path: Path) -> None:
         "digits and '-'): no namespace has another name.",
         f"error: {path}: spec.cach\\xe9: unknown field; known fields: model, engine, parallelism, resources, "
         "replicas, router, autoscaling, template, updateStrategy, monitoring, networkPolicy, inferencePool, "
-        "diagnostics, workerGroups.",
+        "diagnostics, disaggregation, workerGroups.",
     ]
 
 

@@ -17,6 +17,7 @@ from typing import Any, NoReturn
 
 import yaml
 
+from .api.disaggregation_rules import check_transition
 from .api.rule import FieldError
 from .api.spec import SGLangDeploymentSpec
 from .api.validation import NAME_RULE, check_pod_policy, parse_spec
@@ -104,7 +105,9 @@ def _print_errors(source: str, errors: list[FieldError]) -> None:
 
 def _settings(args: argparse.Namespace) -> OperatorSettings:
     return OperatorSettings(
-        pod_policy=PodPolicy(allowed_host_paths=tuple(args.allow_host_path or ())),
+        pod_policy=PodPolicy(
+            allowed_host_paths=tuple(args.allow_host_path or ()), rdma_resource=getattr(args, "rdma_resource", None)
+        ),
         allowed_prometheus_urls=tuple(args.allow_prometheus_url or ()),
     )
 
@@ -115,7 +118,12 @@ def _owner(cr: LoadedCR) -> Owner:
 
 def cmd_validate(args: argparse.Namespace) -> int:
     cr = load_cr(args.file)
-    _, errors = check_cr(cr, _settings(args))
+    spec, errors = check_cr(cr, _settings(args))
+    if args.old is not None and spec is not None:
+        old, old_errors = check_cr(load_cr(args.old), _settings(args))
+        if old is None:
+            raise UsageError(f"{args.old}: the stored CR does not validate itself: {old_errors[0]}")
+        errors = check_transition(old, spec)
     if args.output == "json":
         payload: dict[str, Any] = {
             "file": cr.source,
@@ -248,6 +256,7 @@ def run_settings(args: argparse.Namespace, environ: Mapping[str, str]) -> Operat
         prometheus_ca_file=args.prometheus_ca_file,
         allowed_prometheus_urls=args.allow_prometheus_url or [],
         allowed_host_paths=args.allow_host_path or [],
+        rdma_resource=args.rdma_resource,
         operator_namespace=args.operator_namespace,
         operator_pod_labels=args.operator_pod_labels,
         prometheus_namespace_labels=args.prometheus_namespace_labels,
@@ -333,6 +342,12 @@ def _add_policy_flags(parser: argparse.ArgumentParser) -> None:
         help="check against an operator that allows a CR's own autoscaling.prometheusURL under PREFIX (as run "
         "--allow-prometheus-url; default: none, as the default operator)",
     )
+    parser.add_argument(
+        "--rdma-resource",
+        metavar="NAME",
+        help="render as an operator whose prefill/decode workers get one NAME device and IPC_LOCK (as run "
+        "--rdma-resource; default: none)",
+    )
 
 
 LEADER_RENEW_DEADLINE_HELP = "the holder stops this long after its last successful renewal; keep it 2 s or more \
@@ -354,6 +369,12 @@ def build_parser() -> argparse.ArgumentParser:
     validate = sub.add_parser("validate", help="check the CR in FILE against every rule the API server enforces")
     validate.add_argument("-f", "--file", required=True, help="SGLangDeployment YAML ('-' for stdin)")
     validate.add_argument("-o", "--output", choices=["text", "json"], default="text")
+    validate.add_argument(
+        "--old",
+        metavar="FILE",
+        help="the stored CR this one would replace: also check what the API server refuses on update (switching a "
+        "fleet between colocated and prefill/decode)",
+    )
     _add_policy_flags(validate)
     validate.set_defaults(func=cmd_validate)
 
@@ -401,6 +422,12 @@ def build_parser() -> argparse.ArgumentParser:
         action="append",
         metavar="PATH",
         help="node directory (and below) a CR's model.cache.hostPath may name (repeatable; default: none)",
+    )
+    run.add_argument(
+        "--rdma-resource",
+        metavar="NAME",
+        help="the RDMA device plugin's resource (e.g. rdma/rdma_shared_device_a): prefill/decode workers whose KV "
+        "moves over RDMA ask for one and get IPC_LOCK, never privileged (default: none)",
     )
     run.add_argument("--operator-namespace", metavar="NS", help="the operator's namespace, admitted by NetworkPolicies")
     run.add_argument("--operator-pod-labels", metavar="K=V,...", help="the operator pods' labels (NetworkPolicies)")

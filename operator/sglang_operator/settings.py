@@ -8,11 +8,15 @@ which the chart's `extraEnv` may set), and hands it down explicitly: nothing bel
 environment.
 """
 
+import re
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from urllib.parse import urlsplit
 
+from .api.spec import EXTENDED_RESOURCE
+
 ENV_ALLOWED_HOST_PATHS = "SGLANG_OPERATOR_ALLOWED_HOST_PATHS"
+ENV_RDMA_RESOURCE = "SGLANG_OPERATOR_RDMA_RESOURCE"
 ENV_ALLOWED_PROMETHEUS_URLS = "SGLANG_OPERATOR_ALLOWED_PROMETHEUS_URLS"
 ENV_OPERATOR_NAMESPACE = "SGLANG_OPERATOR_NAMESPACE"
 ENV_OPERATOR_POD_LABELS = "SGLANG_OPERATOR_POD_LABELS"
@@ -34,6 +38,10 @@ class PodPolicy:
 
     allowed_host_paths: tuple[str, ...] = ()
     """Node directories (and everything below them) that `model.cache.hostPath` may name, read-only."""
+    rdma_resource: str | None = None
+    """The RDMA device plugin's extended resource (e.g. `rdma/rdma_shared_device_a`): a prefill/decode worker whose
+    KV moves over RDMA asks for one and gets IPC_LOCK. None: no worker gets either (KV then needs a TCP backend
+    or a cluster where RDMA needs no device resource)."""
 
     def host_path_allowed(self, path: str) -> bool:
         """`path` is an absolute node directory under one of `allowed_host_paths`, compared segment by segment: no
@@ -159,6 +167,12 @@ def _items(text: str) -> tuple[str, ...]:
     return tuple(item.strip() for item in text.split(",") if item.strip())
 
 
+def _extended_resource(text: str) -> str | None:
+    """An extended resource name (`vendor/name`), None when absent or malformed (it would make every PD pod
+    unschedulable or invalid)."""
+    return text if re.fullmatch(EXTENDED_RESOURCE, text) else None
+
+
 def _bounded(text: str | None, default: float, low: float, high: float) -> float:
     """A number from a variable, clamped to [low, high]; the default when absent, not a number or NaN."""
     try:
@@ -174,6 +188,7 @@ def operator_environment(
     prometheus_ca_file: str | None = None,
     allowed_prometheus_urls: list[str] | None = None,
     allowed_host_paths: list[str] | None = None,
+    rdma_resource: str | None = None,
     operator_namespace: str | None = None,
     operator_pod_labels: str | None = None,
     prometheus_namespace_labels: str | None = None,
@@ -190,6 +205,7 @@ def operator_environment(
         ENV_PROMETHEUS_CA_FILE: prometheus_ca_file,
         ENV_ALLOWED_PROMETHEUS_URLS: ",".join(allowed_prometheus_urls or []),
         ENV_ALLOWED_HOST_PATHS: ",".join(allowed_host_paths or []),
+        ENV_RDMA_RESOURCE: rdma_resource,
         ENV_OPERATOR_NAMESPACE: operator_namespace,
         ENV_OPERATOR_POD_LABELS: operator_pod_labels,
         ENV_PROMETHEUS_NAMESPACE_LABELS: prometheus_namespace_labels,
@@ -204,7 +220,10 @@ def operator_environment(
 def load_settings(env: Mapping[str, str]) -> OperatorSettings:
     """The settings from variables (`ENV_*`: the environment with `run`'s flags over it). Pure."""
     return OperatorSettings(
-        pod_policy=PodPolicy(allowed_host_paths=_items(env.get(ENV_ALLOWED_HOST_PATHS, ""))),
+        pod_policy=PodPolicy(
+            allowed_host_paths=_items(env.get(ENV_ALLOWED_HOST_PATHS, "")),
+            rdma_resource=_extended_resource(env.get(ENV_RDMA_RESOURCE, "")),
+        ),
         allowed_prometheus_urls=_items(env.get(ENV_ALLOWED_PROMETHEUS_URLS, "")),
         allow_prometheus_headers_to_default=env.get(ENV_ALLOW_PROMETHEUS_HEADERS_TO_DEFAULT, "") == "true",
         network=NetworkPeers(

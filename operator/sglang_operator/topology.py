@@ -8,6 +8,7 @@ spreads tp over `nnodes` pods; only rank 0 serves HTTP.
 from dataclasses import dataclass
 
 from .api.constants import DIST_INIT_PORT
+from .api.groups import PdRole
 from .api.releases import ATTN_DP_FLAG_SINCE, READY_ENDPOINT_SINCE, parse_version
 from .api.spec import SGLangDeploymentSpec
 from .capacity import DEFAULT_MAX_RUNNING_REQUESTS as DEFAULT_MAX_RUNNING_REQUESTS  # re-exported, one number
@@ -55,8 +56,11 @@ def uses_attn_dp_flag(version: str) -> bool:
     return parse_version(version) >= ATTN_DP_FLAG_SINCE
 
 
-def launch_args(spec: SGLangDeploymentSpec, node_rank: int = 0, dist_init_host: str | None = None) -> list[str]:
-    """The full command of one worker pod: `python3 -m sglang.launch_server` and its flags, user args last."""
+def launch_args(
+    spec: SGLangDeploymentSpec, node_rank: int = 0, dist_init_host: str | None = None, pd: PdRole | None = None
+) -> list[str]:
+    """The full command of one worker pod: `python3 -m sglang.launch_server` and its flags, user args last. `pd`:
+    the group's role in a disaggregated fleet."""
     engine = spec.engine
     args = [
         "python3", "-m", "sglang.launch_server",
@@ -68,6 +72,7 @@ def launch_args(spec: SGLangDeploymentSpec, node_rank: int = 0, dist_init_host: 
     args += parallelism_args(spec)
     args += multi_node_args(spec, node_rank, dist_init_host)
     args += engine_args(spec)
+    args += disaggregation_args(spec, pd)
     args.append("--enable-metrics")
     return args + list(engine.args)
 
@@ -120,4 +125,28 @@ def engine_args(spec: SGLangDeploymentSpec) -> list[str]:
         args += ["--revision", model.revision]
     if model.trust_remote_code:
         args.append("--trust-remote-code")
+    return args
+
+
+def disaggregation_args(spec: SGLangDeploymentSpec, pd: PdRole | None) -> list[str]:
+    """A disaggregated group's role and what both roles agree on (`spec.disaggregation`), each only when set. The
+    bootstrap port is the prefill server's (decode reads it from each request); SGLang 0.5.9's prefill is told the
+    decode shape."""
+    dis = spec.disaggregation
+    if pd is None or dis is None:
+        return []
+    args = ["--disaggregation-mode", pd.role, "--disaggregation-transfer-backend", dis.transfer_backend]
+    if pd.role == "prefill":
+        args += ["--disaggregation-bootstrap-port", str(dis.bootstrap_port)]
+        if pd.decode_shape is not None:
+            tp, dp = pd.decode_shape
+            args += ["--disaggregation-decode-tp", str(tp), "--disaggregation-decode-dp", str(dp)]
+    if dis.ib_device is not None:
+        args += ["--disaggregation-ib-device", dis.ib_device]
+    if dis.decode_allocation_policy is not None:
+        args += ["--disaggregation-decode-allocation-policy", dis.decode_allocation_policy]
+    if dis.page_size is not None:
+        args += ["--page-size", str(dis.page_size)]
+    if dis.kv_cache_dtype is not None:
+        args += ["--kv-cache-dtype", dis.kv_cache_dtype]
     return args

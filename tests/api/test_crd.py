@@ -3,6 +3,7 @@
 import json
 
 from sglang_operator.api.crdgen import CRD_PATHS, SCALE_CRD_PATHS, build_crd, build_scale_crd, render_crd_yaml
+from sglang_operator.api.disaggregation_rules import TRANSITION_RULES
 from sglang_operator.api.groups import GroupRule
 from sglang_operator.api.spec import MAX_WORKER_GROUPS
 from sglang_operator.api.validation import RULES
@@ -61,6 +62,7 @@ def test_every_rule_is_a_cel_validation_with_the_same_message() -> None:
             ]
             assert all(f"self.workerGroups[{i}]." in v["rule"] and "wg." not in v["rule"]
                        for i, v in enumerate(rule.validations()))  # fmt: skip
+    expected += [(rule.cel, rule.message, rule.field_path) for rule in TRANSITION_RULES]  # on update only (oldSelf)
     assert [(v["rule"], v["message"], v["fieldPath"]) for v in on_spec] == expected
 
 

@@ -8,8 +8,9 @@ from typing import Any
 
 import pytest
 
-from sglang_operator.api.groups import FLEET_RULES
+from sglang_operator.api.groups import FLEET_RULES, GroupRule
 from sglang_operator.api.validation import RULES, Rule, check_rules, parse_spec
+from tests.api.pd_cases import PD_CASES
 
 # (field, message fragment, failing spec, passing spec)
 CASES: list[tuple[str, str, dict[str, Any], dict[str, Any]]] = [
@@ -353,6 +354,9 @@ CASES: list[tuple[str, str, dict[str, Any], dict[str, Any]]] = [
 ]  # fmt: skip
 
 
+CASES += PD_CASES
+
+
 def with_model(patch: dict[str, Any]) -> dict[str, Any]:
     return {"model": {"path": "org/model"}, **patch}
 
@@ -378,7 +382,7 @@ def test_every_rule_has_a_case() -> None:
     """The table covers the top level's rules; tests/api/test_worker_groups.py derives the per-group ones from it and
     covers the fleet's group rules."""
     covered = {matching_rule(field, fragment) for field, fragment, _, _ in CASES}
-    assert covered == {rule for rule in RULES if not rule.field.startswith("spec.workerGroups")} - set(FLEET_RULES)
+    assert covered == {rule for rule in RULES if not isinstance(rule, GroupRule)} - set(FLEET_RULES)
 
 
 def test_smallest_spec_is_valid_with_defaults() -> None:

@@ -28,9 +28,12 @@ _EMPTY_OBJECTS = ("resources", "template")
 def into_group(patch: dict[str, Any], keep: frozenset[str] = frozenset(), own: tuple[str, ...] = ()) -> dict[str, Any]:
     """A rule-table patch with every field a group can set moved into one group `g` (the rest stays on top), except
     the fields in `keep` (`resources`, `engine.args`, ...), which stay on top too; `own` are objects the group
-    restates as `{}`."""
+    restates as `{}`. A patch of a disaggregated fleet keeps its groups, with `g` first as another decode group."""
     top: dict[str, Any] = {}
     group: dict[str, Any] = {"name": "g", "replicas": 1, "parallelism": {}, **{name: {} for name in own}}
+    declared = patch.get("workerGroups", [])
+    if any("role" in declared_group for declared_group in declared):
+        group["role"] = "decode"
     for key, value in patch.items():
         if key in _GROUP_OBJECTS and key not in keep:
             group[key] = value
@@ -41,9 +44,9 @@ def into_group(patch: dict[str, Any], keep: frozenset[str] = frozenset(), own: t
                 group["engine"] = mine
             if rest:
                 top["engine"] = rest
-        else:
+        elif key != "workerGroups":
             top[key] = value
-    return {**top, "workerGroups": [group]}
+    return {**top, "workerGroups": [group, *declared]}
 
 
 def _placements(patch: dict[str, Any]) -> list[tuple[frozenset[str], tuple[str, ...]]]:

@@ -21,7 +21,7 @@ RELEASED_REVISIONS = {
 
 
 # Examples added after that release: no fleet runs them from before, so there is no revision to keep.
-NEW_EXAMPLES = {"worker-groups.yaml"}
+NEW_EXAMPLES = {"worker-groups.yaml", "pd-small.yaml", "deepseek-v3-pd.yaml"}
 RELEASED = [p for p in EXAMPLES if p.name not in NEW_EXAMPLES]
 
 

@@ -16,6 +16,7 @@ from pydantic import BaseModel
 from pydantic.fields import FieldInfo
 
 from .constants import CRD_NAME, GROUP, KIND, LIST_KIND, PLURAL, SHORT_NAMES, SINGULAR, VERSION
+from .disaggregation_rules import TRANSITION_RULES
 from .groups import GroupRule
 from .rule import Rule
 from .scaletarget import (
@@ -145,7 +146,9 @@ def spec_schema() -> dict[str, Any]:
     schema = model_schema(SGLangDeploymentSpec)
     schema["description"] = "Desired state of a fleet of SGLang server replicas behind an smg router."
     on_item = [rule for rule in RULES if isinstance(rule, GroupRule) and rule.on_item]
-    schema["x-kubernetes-validations"] = [v for rule in RULES if rule not in on_item for v in validations(rule)]
+    schema["x-kubernetes-validations"] = [v for rule in RULES if rule not in on_item for v in validations(rule)] + [
+        {"rule": rule.cel, "message": rule.message, "fieldPath": rule.field_path} for rule in TRANSITION_RULES
+    ]
     schema["properties"]["workerGroups"]["items"]["x-kubernetes-validations"] = [
         v for rule in on_item for v in validations(rule)
     ]

@@ -20,14 +20,27 @@ import json
 import re
 from dataclasses import dataclass
 
+from .disaggregation_rules import sglang_dp_size
 from .limits import MAX_REPLICAS
+from .releases import PD_DECODE_SHAPE_UNTIL, parse_version
 from .rule import FieldError, Rule, SpecCheck
-from .spec import MAX_WORKER_GROUPS, SGLangDeploymentSpec, WorkerGroupSpec
+from .spec import MAX_WORKER_GROUPS, Role, SGLangDeploymentSpec, WorkerGroupSpec
 
 GROUP_ENGINE_FIELDS = ("max_running_requests", "mem_fraction_static", "args", "env")
 _WHOLE_FIELDS = ("resources", "template", "update_strategy")
 LABEL_VALUE_NONE = ""
 """The implicit group's name: its pods carry no group label and keep the names they had before groups existed."""
+
+
+@dataclass(frozen=True)
+class PdRole:
+    """A group's part in a disaggregated fleet, as its pods are launched."""
+
+    role: Role
+    decode_shape: tuple[int, int] | None = None
+    """A prefill group's, where the release tells each prefill server the decode shape (SGLang 0.5.9's
+    `--disaggregation-decode-tp/-dp`): the decode groups' (tp, DP size), one shape there (`disaggregation_rules`).
+    None where the release negotiates it per transfer, so a decode change does not restart prefill."""
 
 
 @dataclass(frozen=True)
@@ -39,6 +52,12 @@ class WorkerGroup:
     """Sized by `spec.replicas` (kubectl scale, /scale) rather than a count of its own."""
     min_replicas: int
     max_replicas: int
+    pd: PdRole | None = None
+    """Its role in a disaggregated fleet; None in a colocated one."""
+
+    @property
+    def role(self) -> Role | None:
+        return self.pd.role if self.pd is not None else None
 
 
 def group_spec(spec: SGLangDeploymentSpec, group: WorkerGroupSpec) -> SGLangDeploymentSpec:
@@ -66,9 +85,21 @@ def worker_groups(spec: SGLangDeploymentSpec) -> list[WorkerGroup]:
         return [WorkerGroup(LABEL_VALUE_NONE, spec, True, scaling.min_replicas, scaling.max_replicas)]
     return [
         WorkerGroup(g.name, group_spec(spec, g), g.replicas is None, g.autoscaling.min_replicas,
-                    g.autoscaling.max_replicas)
+                    g.autoscaling.max_replicas, _pd_role(spec, g))
         for g in spec.worker_groups
     ]  # fmt: skip
+
+
+def _pd_role(spec: SGLangDeploymentSpec, group: WorkerGroupSpec) -> PdRole | None:
+    if spec.disaggregation is None or group.role is None:
+        return None
+    if group.role == "decode":
+        return PdRole("decode")
+    decode = next((g for g in spec.worker_groups if g.role == "decode"), None)
+    version = spec.engine.sglang_version
+    if decode is None or not version or parse_version(version) > PD_DECODE_SHAPE_UNTIL:
+        return PdRole("prefill")
+    return PdRole("prefill", (decode.parallelism.tp, sglang_dp_size(decode)))
 
 
 # -- rules, per group ----------------------------------------------------------------------------------------------

@@ -44,6 +44,7 @@ UPPER_BOUNDS: Final[dict[str, int | float]] = {
     "spec.engine.maxRunningRequests": 65_536,
     "spec.engine.contextLength": 16_777_216,
     "spec.engine.startupTimeoutSeconds": DAY_SECONDS,
+    "spec.disaggregation.pageSize": 4_096,
     "spec.updateStrategy.maxSurge": MAX_REPLICAS,
     "spec.updateStrategy.maxUnavailable": MAX_REPLICAS,
     "spec.updateStrategy.drainTimeoutSeconds": DAY_SECONDS,

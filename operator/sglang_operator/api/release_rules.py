@@ -50,6 +50,22 @@ _GATED = {value: since for value, since in MOE_A2A_BACKEND_SINCE.items() if sinc
 _GATED_CEL = "{" + ", ".join(f"'{v}': {_cel_list(_versions_from(s))}" for v, s in sorted(_GATED.items())) + "}"
 
 
+def between_cel(first: Version, last: Version = NEWEST_SUPPORTED) -> str:
+    """CEL: the image's release is known and within [first, last] (post releases as their base)."""
+    versions = [v for v in _versions_from(first) if parse_version(v) <= last]
+    return f"({_EFFECTIVE_CEL} != '' && {_BASE_CEL} in {_cel_list(versions)})"
+
+
+UNKNOWN_VERSION_CEL = f"{_EFFECTIVE_CEL} == ''"
+"""CEL: the spec names no version (another rule reports that)."""
+
+
+def runs_between(spec: SGLangDeploymentSpec, first: Version, last: Version = NEWEST_SUPPORTED) -> bool:
+    """`between_cel`'s Python twin."""
+    version = spec.engine.sglang_version
+    return bool(version) and first <= parse_version(version) <= last
+
+
 def _since(spec: SGLangDeploymentSpec, release: Version) -> bool:
     """The image runs `release` or later (an unknown version counts as the newest: other rules report it)."""
     version = spec.engine.sglang_version

@@ -40,6 +40,26 @@ FLASHINFER_ATTN_DP_CHECK_SINCE: Final[Version] = (0, 5, 13)
 RUNNING_REQUESTS_FLOOR_SINCE: Final[Version] = (0, 5, 23)
 """From here `max_running_requests // attn_dp` has a floor of 1; before, a rank can get no slot."""
 
+MOONCAKE_TCP_SINCE: Final[Version] = (0, 5, 13)
+"""`--disaggregation-transfer-backend mooncake_tcp`."""
+DECODE_ALLOCATION_POLICY_SINCE: Final[Version] = (0, 5, 22)
+"""`--disaggregation-decode-allocation-policy`."""
+PD_DECODE_SHAPE_UNTIL: Final[Version] = (0, 5, 9)
+"""The last release whose prefill server is told the decode shape (`--disaggregation-decode-tp`/`-dp`) and asserts
+that one TP size divides the other; later ones negotiate it per transfer."""
+KV_CACHE_DTYPES: Final[dict[str, tuple[Version, Version]]] = {
+    "auto": ((0, 5, 9), NEWEST_SUPPORTED),
+    "fp8_e5m2": ((0, 5, 9), NEWEST_SUPPORTED),
+    "fp8_e4m3": ((0, 5, 9), NEWEST_SUPPORTED),
+    "bf16": ((0, 5, 9), NEWEST_SUPPORTED),
+    "bfloat16": ((0, 5, 9), NEWEST_SUPPORTED),
+    "mxfp8": ((0, 5, 16), NEWEST_SUPPORTED),
+    "nvfp4": ((0, 5, 16), NEWEST_SUPPORTED),
+    "fp4_mx_block16": ((0, 5, 16), NEWEST_SUPPORTED),
+    "fp4_e2m1": ((0, 5, 9), (0, 5, 20)),
+}
+"""`--kv-cache-dtype` values: the first and the last release whose parser accepts each."""
+
 VERSION_PATTERN: Final = r"^[0-9]+\.[0-9]+\.[0-9]+(\.post[0-9]+)?$"
 # The version at the start of an image tag: `v0.5.21`, `v0.5.21-cu129`, `0.5.15.post1-cu126`.
 TAG_VERSION_PATTERN: Final = r"[0-9]+\.[0-9]+\.[0-9]+(\.post[0-9]+)?"

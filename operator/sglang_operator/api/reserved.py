@@ -51,6 +51,14 @@ ENGINE_FLAGS: dict[str, str] = {
     "--api-key": "engine.apiKeySecretRef (a key in args is visible in the pod spec)",
     "--admin-api-key": "nothing yet (a key in args is visible in the pod spec)",
     "--config": "nothing (a config file could set every other owned flag)",
+    "--disaggregation-mode": "workerGroups[].role",
+    "--disaggregation-transfer-backend": "disaggregation.transferBackend",
+    "--disaggregation-bootstrap-port": "disaggregation.bootstrapPort",
+    "--disaggregation-ib-device": "disaggregation.ibDevice",
+    "--disaggregation-decode-allocation-policy": "disaggregation.decodeAllocationPolicy",
+    "--disaggregation-decode-tp": "the decode groups' parallelism (SGLang 0.5.9)",
+    "--disaggregation-decode-dp": "the decode groups' parallelism (SGLang 0.5.9)",
+    "--disaggregation-prefill-pp": "nothing (pipeline parallelism is not supported)",
 }
 
 ROUTER_FLAGS: dict[str, str] = {
@@ -78,6 +86,11 @@ ROUTER_FLAGS: dict[str, str] = {
     "--health-failure-threshold": "the operator",
     "--health-success-threshold": "the operator",
     "--worker-startup-check-interval": "the operator",
+    "--pd-disaggregation": "disaggregation",
+    "--prefill": "the operator (it registers every ready prefill worker)",
+    "--decode": "the operator (it registers every ready decode worker)",
+    "--prefill-policy": "router.prefillPolicy",
+    "--decode-policy": "router.decodePolicy",
 }
 
 WORKER_API_KEY_ENV = "SGLANG_OPERATOR_API_KEY"

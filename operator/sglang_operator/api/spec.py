@@ -77,6 +77,22 @@ Secret), `X-Forwarded-For` and the other forwarding headers (a proxy's trust dec
 RouterPolicy = Literal[
     "cache_aware", "round_robin", "power_of_two", "least_load", "random", "consistent_hashing", "prefix_hash"
 ]
+PrefillPolicy = Literal[
+    "cache_aware", "round_robin", "power_of_two", "least_load", "random", "consistent_hashing", "prefix_hash", "bucket"
+]
+"""smg's `--prefill-policy` choices: the router's policies and `bucket` (prefill only)."""
+Role = Literal["prefill", "decode"]
+TransferBackend = Literal["mooncake", "nixl", "ascend", "mori", "mooncake_tcp", "fake"]
+"""SGLang's `--disaggregation-transfer-backend` choices. `fake` is in the enum so that a CR asking for it gets the
+rule that says why it is refused (a prefill server refuses it), not a bare enum error."""
+RDMA_BACKENDS: frozenset[str] = frozenset({"mooncake", "nixl", "mori"})
+"""Transfer backends that move KV over RDMA (InfiniBand/RoCE): mooncake_tcp goes over TCP, ascend over Ascend's own
+fabric."""
+DEFAULT_BOOTSTRAP_PORT = 8998
+KvCacheDtype = Literal[
+    "auto", "fp8_e5m2", "fp8_e4m3", "mxfp8", "bf16", "bfloat16", "nvfp4", "fp4_mx_block16", "fp4_e2m1"
+]
+"""Every `--kv-cache-dtype` value of a supported release; which release has which is `releases.KV_CACHE_DTYPES`."""
 
 
 class SecretKeyRef(SpecModel):
@@ -229,6 +245,47 @@ class RouterSpec(SpecModel):
         description="Extra `smg launch` arguments, appended; flags the operator sets are refused.",
     )
     api_key_secret_ref: SecretKeyRef | None = None
+    prefill_policy: PrefillPolicy | None = Field(
+        default=None,
+        description="A prefill/decode fleet's policy for prefill workers (--prefill-policy); default: policy.",
+    )
+    decode_policy: PrefillPolicy | None = Field(
+        default=None,
+        description="A prefill/decode fleet's policy for decode workers (--decode-policy); default: policy.",
+    )
+
+
+class DisaggregationSpec(SpecModel):
+    """What the prefill and the decode servers of a fleet must agree on to hand KV over: SGLang reads each of these
+    on both roles (docs/pd.md). Present exactly when every worker group has a role."""
+
+    transfer_backend: TransferBackend = Field(
+        default="mooncake", description="--disaggregation-transfer-backend on both roles (mooncake_tcp from 0.5.13)."
+    )
+    bootstrap_port: int = Field(
+        default=DEFAULT_BOOTSTRAP_PORT,
+        description="--disaggregation-bootstrap-port: served by each prefill server; decode servers reach it there.",
+    )
+    ib_device: str | None = Field(
+        default=None,
+        max_length=256,
+        pattern=NOT_A_FLAG,
+        description="--disaggregation-ib-device: the RDMA device(s) the transfer uses (mlx5_0, or a comma list).",
+    )
+    decode_allocation_policy: Literal["early", "prefill_complete"] | None = Field(
+        default=None,
+        description="--disaggregation-decode-allocation-policy on both roles (0.5.22 and later; prefill_complete "
+        "needs mooncake and attention TP 1).",
+    )
+    page_size: int | None = Field(
+        default=None,
+        description="--page-size on both roles: SGLang refuses a KV transfer between servers of different page "
+        "sizes, so a disaggregated fleet sets it here, never in engine.args. Default: SGLang's.",
+    )
+    kv_cache_dtype: KvCacheDtype | None = Field(
+        default=None,
+        description="--kv-cache-dtype on both roles (equal on both sides, as the page size). Default: SGLang's.",
+    )
 
 
 class AutoscalingTargets(SpecModel):
@@ -535,6 +592,10 @@ class WorkerGroupSpec(SpecModel):
         pattern=GROUP_NAME,
         description="A DNS label, unique in the fleet; pod names and the sglang.ai/group label carry it.",
     )
+    role: Role | None = Field(
+        default=None,
+        description="prefill or decode in a disaggregated fleet (spec.disaggregation): every group has one, or none.",
+    )
     replicas: int | None = Field(
         default=None,
         description="This group's replica count. At most one group leaves it out: that group follows spec.replicas, "
@@ -562,6 +623,11 @@ class SGLangDeploymentSpec(SpecModel):
     network_policy: NetworkPolicySpec = Field(default_factory=NetworkPolicySpec)
     inference_pool: InferencePoolSpec = Field(default_factory=InferencePoolSpec)
     diagnostics: DiagnosticsSpec = Field(default_factory=DiagnosticsSpec)
+    disaggregation: DisaggregationSpec | None = Field(
+        default=None,
+        description="Prefill/decode disaggregation: present exactly when every worker group has a role. A fleet "
+        "cannot switch between colocated and disaggregated (the router's mode is fixed at start): create a new one.",
+    )
     worker_groups: list[WorkerGroupSpec] = Field(
         default_factory=list,
         max_length=MAX_WORKER_GROUPS,
@@ -572,3 +638,8 @@ class SGLangDeploymentSpec(SpecModel):
     @property
     def served_model_name(self) -> str:
         return self.model.served_name or self.model.path
+
+    @property
+    def disaggregated(self) -> bool:
+        """Prefill/decode: the router runs in PD mode and each group serves one role."""
+        return self.disaggregation is not None

@@ -16,6 +16,7 @@ from typing import Any, Union, get_args, get_origin
 from pydantic import BaseModel, ValidationError
 
 from ..settings import PodPolicy
+from .disaggregation_rules import DISAGGREGATION_RULES
 from .groups import FLEET_RULES, GroupRule, group_variants
 from .limits import UPPER_BOUNDS
 from .placement_rules import PLACEMENT_RULES
@@ -23,7 +24,14 @@ from .pod_rules import POD_RULES
 from .release_rules import RELEASE_RULES
 from .resource_rules import RESOURCE_RULES
 from .rule import FieldError, Rule
-from .spec import EP_SPANNING_BACKENDS, PROMETHEUS_DURATION, PrometheusAuth, SGLangDeploymentSpec, duration_ms
+from .spec import (
+    EP_SPANNING_BACKENDS,
+    PROMETHEUS_DURATION,
+    RDMA_BACKENDS,
+    PrometheusAuth,
+    SGLangDeploymentSpec,
+    duration_ms,
+)
 from .tenant_rules import TENANT_RULES
 
 
@@ -545,6 +553,7 @@ RULES: tuple[Rule, ...] = (
     *PLACEMENT_RULES,
     *RESOURCE_RULES,
     *RELEASE_RULES,
+    *DISAGGREGATION_RULES,
 )
 # Every rule that reads a field a worker group sets, once more for the groups (on each group where the rule can be
 # checked on the group alone, else over the groups: `groups.group_variants`); then the fleet's own group rules.
@@ -580,20 +589,31 @@ def parse_spec(raw: Any, strict: bool = False) -> tuple[SGLangDeploymentSpec | N
 
 def check_pod_policy(spec: SGLangDeploymentSpec, policy: PodPolicy) -> list[FieldError]:
     """What the operator's settings refuse although the schema allows it: a model cache on a node directory outside
-    the paths an admin allowed (`--allow-host-path`). Checked by the operator before it writes anything, and by
-    `validate --allow-host-path`."""
+    the paths an admin allowed (`--allow-host-path`), KV over RDMA where the admin allows no RDMA device
+    (`--rdma-resource`). Checked by the operator before it writes anything, and by `validate` with those flags."""
+    errors = []
     cache = spec.model.cache
     if cache.type == "hostPath" and cache.host_path is not None and not policy.host_path_allowed(cache.host_path):
         allowed = ", ".join(policy.allowed_host_paths) or "none"
-        return [
+        errors.append(
             FieldError(
                 "spec.model.cache.hostPath",
                 f"{cache.host_path} is not under a node directory the operator allows (allowed: {allowed}); use a "
                 "persistentVolumeClaim or emptyDir cache, or ask the cluster admin to allow the path "
                 "(--allow-host-path).",
             )
-        ]
-    return []
+        )
+    dis = spec.disaggregation
+    if dis is not None and dis.transfer_backend in RDMA_BACKENDS and policy.rdma_resource is None:
+        errors.append(
+            FieldError(
+                "spec.disaggregation.transferBackend",
+                f"{dis.transfer_backend} moves KV over RDMA, and the operator allows no RDMA device (its pods are "
+                "never privileged, so RDMA reaches them only as the RDMA device plugin's resource); use "
+                "mooncake_tcp, or ask the cluster admin to name that resource (--rdma-resource).",
+            )
+        )
+    return errors
 
 
 def unknown_fields(raw: Any, model: type[BaseModel] = SGLangDeploymentSpec, path: str = "spec") -> list[FieldError]:

@@ -68,7 +68,7 @@ def group_passes(
     for group in groups:
         active, warm = targets[group.name]
         replicas = group_replicas(by_group.pop(group.name, []))
-        passes.append(GroupPass(group, revision_hash(group.spec), active, warm, replicas))
+        passes.append(GroupPass(group, revision_hash(group.spec, group.pd), active, warm, replicas))
     for name in sorted(by_group):
         retired = WorkerGroup(name, spec, elastic=False, min_replicas=0, max_replicas=0)
         passes.append(GroupPass(retired, "", 0, 0, group_replicas(by_group[name]), retired=True))

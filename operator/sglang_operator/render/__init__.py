@@ -46,7 +46,15 @@ def render_all(
         pod
         for group in worker_groups(spec)
         for replica in range(group.spec.replicas)
-        for pod in replica_pods(group.spec, owner, revision_hash(group.spec), replica, group.name)
+        for pod in replica_pods(
+            group.spec,
+            owner,
+            revision_hash(group.spec, group.pd),
+            replica,
+            group.name,
+            group.pd,
+            settings.pod_policy.rdma_resource if settings is not None else None,
+        )
     ]
     return pods + shared_children(spec, owner, settings)
 

@@ -4,11 +4,15 @@ SGLang's HTTP server has no authentication of its own, so the router's API key i
 cannot call a worker directly. The policy selects the fleet's worker pods (Ingress only: egress stays open, the
 workers download weights and resolve names) and admits:
 
-- the fleet's own router pods (same namespace), on the engine port, when the router is enabled;
+- the fleet's own router pods (same namespace), on the engine port, when the router is enabled (and on the
+  bootstrap port of a prefill/decode fleet, which smg probes);
 - the fleet's other worker pods, on every port: ranks of a multi-node replica meet at `--dist-init-addr` and then
-  open NCCL connections on ports chosen at run time. Admitted for single-node fleets too, so a rollout between
-  shapes (nnodes 2 -> 1) never cuts the NCCL traffic of old replicas still serving;
-- the operator (drain checks read each replica's load), on the engine port, when the operator's settings name its
+  open NCCL connections on ports chosen at run time; in a prefill/decode fleet decode servers reach each prefill's
+  bootstrap port and both sides' KV transfer ports, which the transfer engine also picks at run time. Admitted
+  for single-node fleets too, so a rollout between shapes (nnodes 2 -> 1) never cuts the NCCL traffic of old
+  replicas still serving;
+- the operator (drain checks read each replica's load; a prefill's bootstrap port is probed before it is
+  registered), on the engine port (and the bootstrap port), when the operator's settings name its
   namespace (`--operator-namespace`, matched on the `kubernetes.io/metadata.name` label the API server sets) and,
   if given, its pod labels (`--operator-pod-labels`; none: every pod of that namespace);
 - Prometheus (scrapes of /metrics on the engine port), when the settings name its namespace labels, its pod labels
@@ -51,6 +55,10 @@ def _prometheus_peer(peers: NetworkPeers) -> dict[str, Any] | None:
 
 def workers_network_policy(spec: SGLangDeploymentSpec, owner: Owner, peers: NetworkPeers) -> dict[str, Any]:
     engine_port = [{"protocol": "TCP", "port": spec.engine.port}]
+    if spec.disaggregation is not None:
+        # The routers and the operator probe each prefill server's bootstrap port (before registering it, and
+        # smg's rendezvous probe); decode servers reach it, and the transfer ports, as the fleet's workers below.
+        engine_port.append({"protocol": "TCP", "port": spec.disaggregation.bootstrap_port})
     workers = {"podSelector": {"matchLabels": selector_labels(owner, COMPONENT_WORKER)}}
     ingress: list[dict[str, Any]] = []
     if spec.router.enabled:

@@ -13,8 +13,10 @@ applied to the *final* spec (after the template's merge, so sidecars the templat
   NVLink/PCIe/TCP use CUDA IPC handles and sockets. The capabilities a container gets by default (CHOWN,
   DAC_OVERRIDE, SETUID, NET_RAW, ...) serve none of that. Paths that import another process's file descriptor
   with `pidfd_getfd` (some cuMem/NVLS and FlashInfer MNNVL exchanges) need SYS_PTRACE, which is not a default
-  capability either, so dropping ALL takes nothing away from them. Not covered: InfiniBand/RoCE (GPUDirect RDMA)
-  usually wants IPC_LOCK to pin memory; such clusters need an admin-level setting the operator does not offer yet.
+  capability either, so dropping ALL takes nothing away from them. The one exception: a prefill/decode worker whose
+  KV moves over RDMA gets IPC_LOCK (to pin memory for the NIC) and one device of the RDMA device plugin's resource,
+  where the admin's settings name that resource (`--rdma-resource`); never `privileged`, host network or `/dev`.
+  IPC_LOCK is beyond Pod Security "baseline": such a namespace needs a policy that admits it.
 - No service-account token (`automountServiceAccountToken: false`): SGLang and smg never call the Kubernetes API,
   and a mounted token would hand the namespace's default account to every process in the pod.
 - No Service environment variables (`enableServiceLinks: false`): hundreds of fleets in one namespace would give
@@ -27,6 +29,7 @@ The router image (smg, a static Rust binary with a Python launcher) runs as a no
 "restricted" in full: `router_pod_security_context` / `router_container_security_context`.
 """
 
+from collections.abc import Mapping
 from typing import Any
 
 SECCOMP_RUNTIME_DEFAULT: dict[str, str] = {"type": "RuntimeDefault"}
@@ -43,14 +46,19 @@ _CONTAINER_CONTEXT_KEYS = frozenset({"runAsUser", "runAsGroup", "runAsNonRoot", 
 _CONTAINER_LISTS = ("initContainers", "containers", "ephemeralContainers")
 
 
-def hardened_container_security_context(existing: dict[str, Any] | None = None) -> dict[str, Any]:
-    """A container's securityContext: identities and a read-only root kept, privilege always removed."""
+def hardened_container_security_context(
+    existing: dict[str, Any] | None = None, added: tuple[str, ...] = ()
+) -> dict[str, Any]:
+    """A container's securityContext: identities and a read-only root kept, privilege always removed; `added`: the
+    capabilities the operator itself grants (never the template's)."""
     kept = {key: value for key, value in (existing or {}).items() if key in _CONTAINER_CONTEXT_KEYS}
-    return {**kept, "allowPrivilegeEscalation": False, "privileged": False, "capabilities": {"drop": ["ALL"]}}
+    capabilities: dict[str, list[str]] = {"drop": ["ALL"], **({"add": list(added)} if added else {})}
+    return {**kept, "allowPrivilegeEscalation": False, "privileged": False, "capabilities": capabilities}
 
 
-def _harden_container(container: dict[str, Any]) -> dict[str, Any]:
-    hardened = {**container, "securityContext": hardened_container_security_context(container.get("securityContext"))}
+def _harden_container(container: dict[str, Any], added: tuple[str, ...] = ()) -> dict[str, Any]:
+    context = hardened_container_security_context(container.get("securityContext"), added)
+    hardened = {**container, "securityContext": context}
     if "ports" in container:
         # A host port is a host-network listener in all but name (baseline forbids it).
         hardened["ports"] = [
@@ -60,12 +68,15 @@ def _harden_container(container: dict[str, Any]) -> dict[str, Any]:
     return hardened
 
 
-def harden_pod_spec(pod_spec: dict[str, Any]) -> dict[str, Any]:
-    """The pod spec with the operator's pod policy applied (a new dict; the argument is not changed).
+def harden_pod_spec(pod_spec: dict[str, Any], granted: Mapping[str, tuple[str, ...]] | None = None) -> dict[str, Any]:
+    """The pod spec with the operator's pod policy applied (a new dict; the argument is not changed). `granted`:
+    container name -> the capabilities the operator grants that container (RDMA's IPC_LOCK), applied to the
+    regular containers only.
 
     Idempotent, and the last step of every pod the operator renders: call it on the merged spec, so neither the
     template nor a future field added to the render can reintroduce what it removes.
     """
+    granted = granted or {}
     hardened = dict(pod_spec)
     context = {key: value for key, value in (pod_spec.get("securityContext") or {}).items() if key in _POD_CONTEXT_KEYS}
     hardened["securityContext"] = {**context, "seccompProfile": dict(SECCOMP_RUNTIME_DEFAULT)}
@@ -74,7 +85,10 @@ def harden_pod_spec(pod_spec: dict[str, Any]) -> dict[str, Any]:
     )
     for key in _CONTAINER_LISTS:
         if key in pod_spec:
-            hardened[key] = [_harden_container(container) for container in pod_spec[key]]
+            hardened[key] = [
+                _harden_container(c, granted.get(c.get("name", ""), ()) if key == "containers" else ())
+                for c in pod_spec[key]
+            ]
     return hardened
 
 

@@ -43,6 +43,13 @@ def router_command(spec: SGLangDeploymentSpec) -> list[str]:
         "--load-monitor-interval", str(LOAD_MONITOR_INTERVAL_S),
         "--log-level", "info",
     ]  # fmt: skip
+    if spec.disaggregated:
+        # Started with no worker: the operator registers each prefill (with its bootstrap port) and each decode.
+        command.append("--pd-disaggregation")
+        if router.prefill_policy is not None:
+            command += ["--prefill-policy", router.prefill_policy]
+        if router.decode_policy is not None:
+            command += ["--decode-policy", router.decode_policy]
     if router.sticky_sessions.enabled:
         command += ["--sticky-sessions", "--routing-key-headers", *router.sticky_sessions.headers]
     if router.api_key_secret_ref is not None:

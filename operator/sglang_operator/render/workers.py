@@ -27,8 +27,9 @@ from ..api.constants import (
     LABEL_REVISION,
     LABEL_WORKER_GROUP,
 )
+from ..api.groups import PdRole
 from ..api.reserved import WORKER_API_KEY_ENV, kubelet_literal
-from ..api.spec import SGLangDeploymentSpec
+from ..api.spec import RDMA_BACKENDS, SGLangDeploymentSpec
 from ..topology import launch_args, readiness_path, topology
 from .meta import Owner, child_labels, object_meta, scrape_annotations, with_operator_keys
 from .overrides import merge_pod_spec
@@ -41,7 +42,7 @@ PROBE_TIMEOUT_SECONDS = 30
 TERMINATION_GRACE_SECONDS = 60
 
 
-def revision_hash(spec: SGLangDeploymentSpec) -> str:
+def revision_hash(spec: SGLangDeploymentSpec, pd: PdRole | None = None) -> str:
     """Hash of everything that shapes a worker pod; a new value starts a rollout.
 
     Replicas, router, autoscaling, update strategy and monitoring are left out: changing them must not restart
@@ -60,6 +61,9 @@ def revision_hash(spec: SGLangDeploymentSpec) -> str:
         {"name": var.name, "value": var.value, "valueFrom": _without_none(var.value_from)} for var in spec.engine.env
     ]
     shaping["template"]["spec"] = _without_none(spec.template.spec)
+    if spec.disaggregation is not None and pd is not None:  # absent in a colocated fleet: its hash stays
+        shaping["disaggregation"] = spec.disaggregation.model_dump(by_alias=True, mode="json")
+        shaping["role"] = {"role": pd.role, "decodeShape": pd.decode_shape}
     digest = hashlib.sha256(json.dumps(shaping, sort_keys=True).encode()).hexdigest()
     return digest[:10]
 
@@ -121,9 +125,22 @@ def _command(spec: SGLangDeploymentSpec, launch: list[str]) -> list[str]:
     return ["python3", "-c", LAUNCH_WITH_API_KEY, *launch[3:]]
 
 
-def _resources(spec: SGLangDeploymentSpec) -> dict[str, Any]:
+RDMA_CAPABILITY = "IPC_LOCK"
+"""What RDMA needs to pin memory for the NIC: the one capability a worker may get, never `privileged`."""
+
+
+def uses_rdma(spec: SGLangDeploymentSpec, pd: PdRole | None, rdma_resource: str | None) -> bool:
+    """The pod asks for one RDMA device and IPC_LOCK: a disaggregated group whose backend moves KV over RDMA, where
+    the operator's settings name the RDMA device plugin's resource (`--rdma-resource`)."""
+    dis = spec.disaggregation
+    return pd is not None and dis is not None and rdma_resource is not None and dis.transfer_backend in RDMA_BACKENDS
+
+
+def _resources(spec: SGLangDeploymentSpec, rdma_resource: str | None = None) -> dict[str, Any]:
     gpus = str(topology(spec).gpus_per_pod)
     amounts = {spec.resources.gpu_resource_name: gpus}
+    if rdma_resource is not None:
+        amounts[rdma_resource] = "1"
     if spec.resources.cpu:
         amounts["cpu"] = spec.resources.cpu
     if spec.resources.memory:
@@ -184,10 +201,19 @@ def _probes(spec: SGLangDeploymentSpec, rank: int) -> dict[str, Any]:
 
 
 def worker_pod(
-    spec: SGLangDeploymentSpec, owner: Owner, revision: str, replica: int, rank: int, group: str = ""
+    spec: SGLangDeploymentSpec,
+    owner: Owner,
+    revision: str,
+    replica: int,
+    rank: int,
+    group: str = "",
+    pd: PdRole | None = None,
+    rdma_resource: str | None = None,
 ) -> dict[str, Any]:
-    """One pod of replica `replica` of worker group `group`; `spec` is the group's effective spec (`groups`)."""
+    """One pod of replica `replica` of worker group `group`; `spec` is the group's effective spec (`groups`), `pd`
+    its role in a disaggregated fleet, `rdma_resource` the RDMA device resource the operator's settings allow."""
     multi_node = spec.parallelism.nnodes > 1
+    rdma = uses_rdma(spec, pd, rdma_resource)
     pod_name = names.worker_pod(owner.name, revision, replica, rank, group)
     dist_host = names.dist_init_host(owner.name, owner.namespace, revision, replica, group) if multi_node else None
     labels = with_operator_keys(spec.template.metadata.labels, worker_labels(owner, revision, replica, rank, group))
@@ -198,11 +224,10 @@ def worker_pod(
     container = {
         "name": CONTAINER_NAME,
         "image": spec.engine.sglang_image,
-        "command": _command(spec, launch_args(spec, node_rank=rank, dist_init_host=dist_host)),
-        "ports": [{"name": "http", "containerPort": spec.engine.port, "protocol": "TCP"}]
-        + ([{"name": "dist", "containerPort": DIST_INIT_PORT, "protocol": "TCP"}] if multi_node else []),
+        "command": _command(spec, launch_args(spec, node_rank=rank, dist_init_host=dist_host, pd=pd)),
+        "ports": _ports(spec, multi_node, pd),
         "env": _env(spec),
-        "resources": _resources(spec),
+        "resources": _resources(spec, rdma_resource if rdma else None),
         "volumeMounts": _volume_mounts(spec),
         **_probes(spec, rank),
     }
@@ -221,8 +246,26 @@ def worker_pod(
         "kind": "Pod",
         "metadata": object_meta(owner, pod_name, labels, annotations),
         # Hardened after the merge, so whatever the template adds (sidecars, init containers) is covered too.
-        "spec": harden_pod_spec(_main_as_literals(merge_pod_spec(pod_spec, spec.template.spec))),
+        "spec": harden_pod_spec(
+            _main_as_literals(merge_pod_spec(pod_spec, spec.template.spec)),
+            {CONTAINER_NAME: (RDMA_CAPABILITY,)} if rdma else None,
+        ),
     }
+
+
+BOOTSTRAP_PORT_NAME = "bootstrap"
+
+
+def _ports(spec: SGLangDeploymentSpec, multi_node: bool, pd: PdRole | None) -> list[dict[str, Any]]:
+    """The engine's port; rank 0's rendezvous port on a multi-node replica; a prefill server's bootstrap port,
+    which decode servers and the router reach."""
+    ports = [{"name": "http", "containerPort": spec.engine.port, "protocol": "TCP"}]
+    if multi_node:
+        ports.append({"name": "dist", "containerPort": DIST_INIT_PORT, "protocol": "TCP"})
+    if pd is not None and pd.role == "prefill" and spec.disaggregation is not None:
+        bootstrap = spec.disaggregation.bootstrap_port
+        ports.append({"name": BOOTSTRAP_PORT_NAME, "containerPort": bootstrap, "protocol": "TCP"})
+    return ports
 
 
 def _main_as_literals(pod_spec: dict[str, Any]) -> dict[str, Any]:
@@ -244,9 +287,18 @@ def _main_as_literals(pod_spec: dict[str, Any]) -> dict[str, Any]:
 
 
 def replica_pods(
-    spec: SGLangDeploymentSpec, owner: Owner, revision: str, replica: int, group: str = ""
+    spec: SGLangDeploymentSpec,
+    owner: Owner,
+    revision: str,
+    replica: int,
+    group: str = "",
+    pd: PdRole | None = None,
+    rdma_resource: str | None = None,
 ) -> list[dict[str, Any]]:
-    return [worker_pod(spec, owner, revision, replica, rank, group) for rank in range(spec.parallelism.nnodes)]
+    return [
+        worker_pod(spec, owner, revision, replica, rank, group, pd, rdma_resource)
+        for rank in range(spec.parallelism.nnodes)
+    ]
 
 
 def workers_service(spec: SGLangDeploymentSpec, owner: Owner) -> dict[str, Any]:
