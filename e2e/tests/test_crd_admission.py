@@ -10,6 +10,7 @@ from kubernetes import client
 from kubernetes.client.exceptions import ApiException
 
 from localcluster.fleet import install_crd
+from tests.api.pd_cases import pd
 from tests.api.test_validation import CASES, with_model
 from tests.api.test_worker_groups import FLEET_CASES, GROUP_CASES, expected_error
 
@@ -89,3 +90,27 @@ def test_a_version_alone_is_admitted_and_stored_without_an_image(api_client: cli
         {"model": {"path": "m"}, "engine": {"image": "lmsysorg/sglang:v0.5.21", "version": "0.5.9"}},
     )
     assert refused is not None and "spec.engine.version" in refused and "which is given too" in refused
+
+
+def test_a_fleet_cannot_switch_between_colocated_and_pd(api_client: client.ApiClient, namespace: str) -> None:
+    """Issue 31: the `oldSelf` rule, on update only: the router's mode is fixed when it starts. A PD fleet is
+    created as such and may change anything else."""
+    install_crd(api_client)
+    api = client.CustomObjectsApi(api_client)
+    crs = ("sglang.ai", "v1alpha1", namespace, "sglangdeployments")
+
+    def create(name: str, spec: dict[str, Any]) -> None:
+        body = {"apiVersion": "sglang.ai/v1alpha1", "kind": "SGLangDeployment", "metadata": {"name": name},
+                "spec": with_model(spec)}  # fmt: skip
+        api.create_namespaced_custom_object(*crs, body)
+
+    create("colocated", {})
+    create("disaggregated", pd())
+    for name, patch in (("colocated", pd()), ("disaggregated", {"disaggregation": None, "workerGroups": None})):
+        with pytest.raises(ApiException) as refused:
+            api.patch_namespaced_custom_object(*crs, name, {"spec": patch})
+        assert "spec.disaggregation" in str(refused.value.body)
+        assert "cannot be added to or removed from an existing fleet" in str(refused.value.body)
+    api.patch_namespaced_custom_object(*crs, "disaggregated", {"spec": {"disaggregation": {"pageSize": 32}}})
+    for name in ("colocated", "disaggregated"):
+        api.delete_namespaced_custom_object(*crs, name)
