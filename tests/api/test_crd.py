@@ -32,7 +32,7 @@ def test_crd_has_subresources_columns_and_short_name() -> None:
         "labelSelectorPath": ".status.selector",
     }
     assert [c["name"] for c in version["additionalPrinterColumns"]] == [
-        "Ready", "TP", "DP", "GPUs", "Router", "QPS", "Age"
+        "Ready", "Shape", "GPUs", "Router", "QPS", "Age"
     ]  # fmt: skip
     assert build_crd()["spec"]["names"]["shortNames"] == ["sgld"]
 

@@ -11,7 +11,7 @@ import pytest
 import yaml
 
 from sglang_operator.api.disaggregation_rules import check_transition
-from sglang_operator.api.groups import PdRole, worker_groups
+from sglang_operator.api.groups import PdRole, fleet_shape, worker_groups
 from sglang_operator.api.validation import check_pod_policy, parse_spec
 from sglang_operator.settings import PodPolicy
 from tests.api.pd_cases import DECODE, PREFILL, pd
@@ -90,3 +90,15 @@ def test_the_deepseek_pd_example_validates_for_each_release(version: str) -> Non
     spec, errors = parse_spec(doc["spec"])
     assert errors == [] and spec is not None
     assert check_pod_policy(spec, PodPolicy(rdma_resource="rdma/ib")) == []
+
+
+def test_the_shape_column_says_each_groups_shape_and_role() -> None:
+    """A tp=4 + tp=2 fleet printed `TP 1  DP 1`, the unused top-level defaults; the SHAPE column names each."""
+    assert fleet_shape(_spec({"parallelism": {"tp": 2, "dp": 2}})) == "tp2 dp2"
+    mixed = {"workerGroups": [{"name": "a", "replicas": 1, "parallelism": {"tp": 4}},
+                              {"name": "b", "replicas": 2, "parallelism": {"tp": 2}}]}  # fmt: skip
+    assert fleet_shape(_spec(mixed)) == "a: tp4, b: tp2"
+    big = {"tp": 16, "attentionDP": 16, "ep": 16, "moeA2ABackend": "deepep", "nnodes": 2}
+    assert fleet_shape(_spec(pd(workerGroups=[{**PREFILL, "parallelism": big}, DECODE]))) == (
+        "p (prefill): tp16 adp16 ep16 2n, d (decode): tp1"
+    )

@@ -38,8 +38,8 @@ CRD_PATHS = (REPO_ROOT / "crds" / CRD_FILE, REPO_ROOT / "charts" / "sglang-opera
 
 PRINTER_COLUMNS = [
     {"name": "Ready", "type": "string", "jsonPath": ".status.ready", "description": "Ready/desired replicas"},
-    {"name": "TP", "type": "integer", "jsonPath": ".spec.parallelism.tp"},
-    {"name": "DP", "type": "integer", "jsonPath": ".spec.parallelism.dp"},
+    {"name": "Shape", "type": "string", "jsonPath": ".status.shape",
+     "description": "Each replica's parallelism; per worker group (and role) in a fleet of groups"},
     {"name": "GPUs", "type": "integer", "jsonPath": ".status.totalGPUs"},
     {"name": "Router", "type": "integer", "jsonPath": ".status.registeredWorkers",
      "description": "Workers registered on the router"},

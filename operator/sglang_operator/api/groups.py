@@ -90,6 +90,29 @@ def worker_groups(spec: SGLangDeploymentSpec) -> list[WorkerGroup]:
     ]  # fmt: skip
 
 
+def replica_shape(spec: SGLangDeploymentSpec) -> str:
+    """One replica's parallelism in a few characters: `tp4`, `tp2 dp2`, `tp16 adp16 ep16 2n` (2 nodes)."""
+    par = spec.parallelism
+    parts = [f"tp{par.tp}"]
+    parts += [
+        f"{name}{value}" for name, value in (("dp", par.dp), ("adp", par.attention_dp), ("ep", par.ep)) if value > 1
+    ]
+    if par.nnodes > 1:
+        parts.append(f"{par.nnodes}n")
+    return " ".join(parts)
+
+
+def fleet_shape(spec: SGLangDeploymentSpec) -> str:
+    """The fleet's shapes for the SHAPE printer column: one replica's, or each group's (with its role), so a fleet of
+    several shapes says so instead of printing the unused top-level parallelism."""
+    groups = worker_groups(spec)
+    if not spec.worker_groups:
+        return replica_shape(spec)
+    return ", ".join(
+        f"{g.name}{f' ({g.role})' if g.role and g.role != g.name else ''}: {replica_shape(g.spec)}" for g in groups
+    )
+
+
 def _pd_role(spec: SGLangDeploymentSpec, group: WorkerGroupSpec) -> PdRole | None:
     if spec.disaggregation is None or group.role is None:
         return None

@@ -86,6 +86,7 @@ class WorkerGroupStatus(SpecModel):
     """One worker group's replicas (spec.workerGroups), counted as the fleet's are."""
 
     name: str
+    role: str | None = Field(default=None, description="prefill or decode in a disaggregated fleet.")
     desired_replicas: int = 0
     replicas: int = 0
     ready_replicas: int = 0
@@ -105,6 +106,9 @@ class SGLangDeploymentStatus(SpecModel):
     ready_replicas: int = 0
     updated_replicas: int = 0
     ready: str = Field(default="0/0", description="ready/desired replicas, for the READY printer column.")
+    shape: str = Field(
+        default="", description="Each replica's parallelism, per worker group with its role, for the SHAPE column."
+    )
     registered_workers: int = 0
     gpus_per_replica: int = Field(default=0, alias="gpusPerReplica")
     total_gpus: int = Field(default=0, alias="totalGPUs")
