@@ -45,6 +45,25 @@ def test_a_pass_status_becomes_counts_and_conditions() -> None:
     assert not series("sglang_operator_fleet_", name="chat")
 
 
+def test_a_pd_fleets_roles_are_counted_each() -> None:
+    """A role with no ready replica fails every request even while the fleet's totals look healthy."""
+    metrics.forget_fleet("team-a", "pd")
+    groups = [
+        {"name": "p", "role": "prefill", "desiredReplicas": 1, "readyReplicas": 0},
+        {"name": "d", "role": "decode", "desiredReplicas": 2, "readyReplicas": 2},
+        {"name": "d2", "role": "decode", "desiredReplicas": 1, "readyReplicas": 1},
+    ]
+    metrics.fleet_status("team-a", "pd", {"ready": "3/4", "groups": groups})
+    roles = {(dict(k)["role"], dict(k)["state"]): v for k, v in series("sglang_operator_fleet_role_replicas",
+                                                                          name="pd").items()}  # fmt: skip
+    assert roles == {("prefill", "desired"): 1, ("prefill", "ready"): 0, ("decode", "desired"): 3,
+                     ("decode", "ready"): 3}  # fmt: skip
+    metrics.fleet_status("team-a", "colocated", {"ready": "1/1", "groups": [{"name": "a", "desiredReplicas": 1}]})
+    assert not series("sglang_operator_fleet_role_replicas", name="colocated")
+    metrics.forget_fleet("team-a", "pd")
+    assert not series("sglang_operator_fleet_", name="pd")
+
+
 def test_autoscaler_series_carry_recommendation_and_bounds_and_go_with_the_autoscaler() -> None:
     metrics.autoscaler_decided("team-a", "big", 4, "normal", 6, {"maxReplicas": 10, "maxGPUs": 4})
     limits = {dict(k)["bound"]: v for k, v in series("sglang_operator_autoscaler_limit_replicas", name="big").items()}

@@ -90,6 +90,13 @@ FLEET_REPLICAS = Gauge(
     ["namespace", "name", "state"],
     registry=REGISTRY,
 )
+FLEET_ROLE_REPLICAS = Gauge(
+    f"{_PREFIX}_fleet_role_replicas",
+    "Replicas of each role (prefill | decode) of a prefill/decode SGLangDeployment, by state (desired | ready), "
+    "summed over the role's worker groups: a role with none ready fails every request.",
+    ["namespace", "name", "role", "state"],
+    registry=REGISTRY,
+)
 FLEET_CONDITION = Gauge(
     f"{_PREFIX}_fleet_condition",
     "1 while the SGLangDeployment's condition (Ready, Progressing, Degraded, RouterSynced, MetricsAvailable) is "
@@ -173,11 +180,31 @@ def fleet_status(namespace: str, name: str, status: Mapping[str, Any]) -> None:
     for state, value in counts.items():
         if isinstance(value, int) and not isinstance(value, bool):
             FLEET_REPLICAS.labels(namespace=namespace, name=name, state=state).set(value)
+    for (role, state), value in _role_counts(status).items():
+        FLEET_ROLE_REPLICAS.labels(namespace=namespace, name=name, role=role, state=state).set(value)
     for cond in status.get("conditions") or []:
         if isinstance(cond, Mapping) and cond.get("status") in ("True", "False") and cond.get("type") in _CONDITIONS:
             FLEET_CONDITION.labels(namespace=namespace, name=name, condition=cond["type"]).set(
                 1 if cond["status"] == "True" else 0
             )
+
+
+_ROLES = ("prefill", "decode")
+
+
+def _role_counts(status: Mapping[str, Any]) -> dict[tuple[str, str], int]:
+    """(role, desired | ready) -> replicas over the role's groups (`status.groups[].role`); empty for a colocated
+    fleet."""
+    counts: dict[tuple[str, str], int] = {}
+    for group in status.get("groups") or []:
+        role = group.get("role") if isinstance(group, Mapping) else None
+        if role not in _ROLES:
+            continue
+        for state, key in (("desired", "desiredReplicas"), ("ready", "readyReplicas")):
+            value = group.get(key)
+            if isinstance(value, int) and not isinstance(value, bool):
+                counts[(role, state)] = counts.get((role, state), 0) + value
+    return counts
 
 
 def forget_deployment(namespace: str, name: str) -> None:
@@ -196,6 +223,10 @@ def forget_fleet(namespace: str, name: str) -> None:
     for state in ("desired", *_FLEET_STATES):
         with contextlib.suppress(KeyError):
             FLEET_REPLICAS.remove(namespace, name, state)
+    for role in _ROLES:
+        for state in ("desired", "ready"):
+            with contextlib.suppress(KeyError):
+                FLEET_ROLE_REPLICAS.remove(namespace, name, role, state)
     for cond in _CONDITIONS:
         with contextlib.suppress(KeyError):
             FLEET_CONDITION.remove(namespace, name, cond)
