@@ -30,7 +30,15 @@ Simulation knobs (environment; pods set them through `engine.env`):
                                      KV pool grows with the TP group's GPUs); 0 (default): SGLANG_SIM_MAX_RUNNING
     SGLANG_SIM_GPU_SPEED             prefill and decode rates x this: the GPU type (default 1; e.g. 0.5)
     SGLANG_SIM_LEADER_URL            ranks >= 1: rank 0's base URL for mirroring GPU activity (see leader.py)
+    SGLANG_SIM_KV_BYTES_PER_TOKEN    PD: KV bytes per prompt token handed from prefill to decode (default 131072,
+                                     an 8B-class model in bf16)
+    SGLANG_SIM_KV_TRANSFER_GBPS      PD: GB/s of one KV transfer (default 25); transfer time = tokens x bytes /
+                                     bandwidth, scaled like every simulated duration
     SGLANG_ENABLE_HEALTH_ENDPOINT_GENERATION  SGLang's own switch: false makes /health answer at once
+    SGLANG_DISAGGREGATION_BOOTSTRAP_TIMEOUT   SGLang's own (whole seconds, default 300, not scaled): a prefill aborts a
+                                     room whose decode has not sent its metadata by then
+    SGLANG_DISAGGREGATION_WAITING_TIMEOUT     SGLang's own (whole seconds, default 300, not scaled): a decode aborts a
+                                     room whose KV has not arrived by then
     POD_NAME, POD_NAMESPACE, NODE_NAME        labels of the DCGM gauge (downward API)
 
 Model (engine.py): per DP rank a FIFO queue and at most max_running_requests running (in-process DP
@@ -39,6 +47,12 @@ does); prefill time = uncached prompt tokens / prefill rate; then one token per 
 prefix cache over 16-token blocks gives cached tokens and `cache_hit_rate`; token usage = tokens held by
 running requests / KV pool. Tokens are approximated as 4 characters of text (`input_ids` count as given);
 output text is deterministic filler derived from the prompt.
+
+PD disaggregation (`--disaggregation-mode prefill|decode`, `disagg.py`, `bootstrap.py`, `pd_runtime.py`): a prefill
+serves SGLang's bootstrap server on --host:--disaggregation-bootstrap-port, holds each room until its decode has
+preallocated, prefills it, writes its KV (the stand-in: decode's `POST /sim/kv_transfer` on that port) and answers one
+token; the decode fetches the prefill's layout (dying on a page-size / KV-dtype / PP mismatch, as SGLang does),
+preallocates, waits for the KV and generates. docs/sim-pd.md has the model and its knobs.
 
 GPU utilisation (`DCGM_FI_DEV_GPU_UTIL`, on /metrics with --enable-metrics, one series per GPU of this pod,
 gpus = tp x dp x pp / nnodes) is the fraction of the last 10 s during which the GPU's DP rank had a running
@@ -55,6 +69,7 @@ import sys
 from collections.abc import Sequence
 
 from .args import ArgsError, launch_problem, parse, resolve
+from .disagg import timeouts_from_env
 from .knobs import knobs_from_env
 from .server import Simulator
 from .versions import UnknownVersion, split_version
@@ -87,6 +102,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         return e.code if isinstance(e.code, int) else 1
     try:
         knobs = knobs_from_env(os.environ)
+        timeouts_from_env(os.environ)  # SGLang reads its PD timeouts as integers
         resolution = resolve(ns, version)
     except ArgsError as e:
         log.error("Failed to start the server: %s", e)

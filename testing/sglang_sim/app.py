@@ -12,20 +12,23 @@ import contextlib
 import json
 import time
 import uuid
-from collections.abc import Awaitable, Callable
-from dataclasses import dataclass, field
+from collections.abc import AsyncGenerator, Awaitable, Callable
+from dataclasses import dataclass, field, replace
 from datetime import UTC, datetime
+from http import HTTPStatus
 from typing import Any
 
 from aiohttp import web
 
-from . import protocol, versions, views
+from . import disagg, protocol, versions, views
 from .args import ServerArgs
+from .disagg import PdRequest
 from .engine import Job
 from .knobs import SimKnobs
 from .metrics import CONTENT_TYPE, PodIdentity, SimMetrics, dcgm_family, render
+from .pd_runtime import PdFailure, PdRuntime
 from .protocol import BadRequest, GenInput
-from .runtime import Runtime
+from .runtime import Progress, Runtime
 from .tokens import output_text, output_token_ids
 
 Handler = Callable[[web.Request], Awaitable[web.StreamResponse]]
@@ -48,6 +51,7 @@ class SimContext:
     runtime: Runtime | None  # None on ranks >= 1
     metrics: SimMetrics | None
     busy: Callable[[], list[float]]  # busy fraction per DP rank, for the GPU utilisation gauge
+    pd: PdRuntime | None = None  # PD disaggregation (prefill or decode mode, rank 0)
     life: Lifecycle = field(default_factory=Lifecycle)
     created: int = field(default_factory=lambda: int(time.time()))
 
@@ -58,6 +62,36 @@ class SimContext:
     def rt(self) -> Runtime:
         assert self.runtime is not None, "rank >= 1 serves no inference routes"
         return self.runtime
+
+    def pd_loads(self) -> list[disagg.PdRankLoad]:
+        return self.pd.loads() if self.pd is not None else []
+
+    def pd_request(self, body: dict[str, Any], rid: str, index: int = 0) -> PdRequest | None:
+        """The request's PD fields on a prefill or decode server (None otherwise); BadRequest without a room."""
+        if self.pd is None:
+            return None
+        req = disagg.pd_request(body, self.args, index)
+        error = disagg.missing_room_error(self.args, req, rid)
+        if error is not None:
+            raise BadRequest(error)
+        return req
+
+    def run(self, job: Job, streaming: bool, pd: PdRequest | None) -> AsyncGenerator[Progress, None]:
+        return self.rt().run(job, streaming) if pd is None or self.pd is None else self.pd.run(job, streaming, pd)
+
+    async def complete(self, job: Job, pd: PdRequest | None) -> Progress:
+        last: Progress | None = None
+        async with contextlib.aclosing(self.run(job, False, pd)) as gen:
+            async for p in gen:
+                last = p
+        assert last is not None
+        return last
+
+    def prefill_only(self, inp: GenInput) -> GenInput:
+        """What a PD prefill server generates: one token (`max_new_tokens` forced to 1), finish_reason length 0."""
+        if self.args.disaggregation_mode != "prefill":
+            return inp
+        return GenInput(inp.prompt, 1, True, prefill_only=True)
 
 
 CTX = web.AppKey("sim_ctx", SimContext)
@@ -133,7 +167,7 @@ async def metrics_route(request: web.Request) -> web.Response:
     busy: list[float]
     if ctx.runtime is not None and ctx.metrics is not None:
         loads = ctx.runtime.loads()
-        fams = ctx.metrics.families(loads)
+        fams = ctx.metrics.families(loads, ctx.pd_loads())
         busy = [r.busy_fraction for r in loads]
     else:
         busy = ctx.busy()
@@ -184,7 +218,8 @@ async def loads(request: web.Request) -> web.StreamResponse:
         return jresp({"detail": f"dp_rank {rank} out of range"}, 400)
     ts = time.time()
     iso = datetime.fromtimestamp(ts, UTC).isoformat()
-    body = views.loads_body(ctx.args, ctx.cap, snapshot, include, ts, iso, ctx.identity.gpu_model)
+    pd = [p for p in ctx.pd_loads() if rank is None or p.dp_rank == rank]
+    body = views.loads_body(ctx.args, ctx.cap, snapshot, include, ts, iso, ctx.identity.gpu_model, pd)
     if q.get("format") == "prometheus":
         return web.Response(body=views.loads_prometheus(body["loads"]).encode(), headers={"Content-Type": CONTENT_TYPE})
     return jresp(body)
@@ -225,6 +260,16 @@ async def _sse_close(resp: web.StreamResponse) -> None:
     await resp.write_eof()
 
 
+def _pd_error(e: PdFailure) -> web.Response:
+    """A PD request the scheduler aborted, not streamed: FastAPI's HTTPException handler (ErrorResponse)."""
+    return jresp(protocol.openai_error(e.message, e.status, str(e.status)), e.status)
+
+
+def _pd_stream_error(e: PdFailure) -> dict[str, Any]:
+    """The same, streamed by the OpenAI routes (`create_streaming_error_response`, the status's name as type)."""
+    return {"error": protocol.openai_error(e.message, e.status, HTTPStatus(e.status).name)}
+
+
 async def generate(request: web.Request) -> web.StreamResponse:
     ctx = _ctx(request)
     try:
@@ -241,21 +286,36 @@ async def generate(request: web.Request) -> web.StreamResponse:
         return _not_ready()
     given = body.get("rid")
     rid = given if isinstance(given, str) else uuid.uuid4().hex
+    jobs = [_job(inp, rank) for inp in inputs]
+    try:
+        pds = [ctx.pd_request(body, job.rid, i) for i, job in enumerate(jobs)]
+    except BadRequest as e:
+        return jresp({"error": {"message": str(e)}}, 400)
+    inputs = [ctx.prefill_only(inp) for inp in inputs]
+    jobs = [replace(job, max_new_tokens=inp.max_new_tokens) for job, inp in zip(jobs, inputs, strict=True)]
     t0 = time.monotonic()
     if body.get("stream"):
         inp = inputs[0]
         resp = await _sse_open(request)
         ids = output_token_ids(inp.prompt.seed, inp.max_new_tokens)
         with contextlib.suppress(ConnectionError):
-            async with contextlib.aclosing(ctx.rt().run(_job(inp, rank), streaming=True)) as gen:
-                async for p in gen:
-                    out = protocol.native_body(
-                        rid, inp, ids[: p.tokens], p.schedule.cached_tokens, p.done, time.monotonic() - t0
-                    )
-                    await _sse(resp, out)
+            try:
+                async with contextlib.aclosing(ctx.run(jobs[0], True, pds[0])) as gen:
+                    async for p in gen:
+                        out = protocol.native_body(
+                            rid, inp, ids[: p.tokens], p.schedule.cached_tokens, p.done, time.monotonic() - t0
+                        )
+                        await _sse(resp, out)
+            except PdFailure as e:  # the abort is the stream's last output
+                out = protocol.native_body(rid, inp, [], 0, False, time.monotonic() - t0)
+                out["meta_info"]["finish_reason"] = protocol.abort_reason(e.message, e.status)
+                await _sse(resp, out)
             await _sse_close(resp)
         return resp
-    done = await asyncio.gather(*(ctx.rt().complete(_job(inp, rank)) for inp in inputs))
+    try:
+        done = await asyncio.gather(*(ctx.complete(job, pd) for job, pd in zip(jobs, pds, strict=True)))
+    except PdFailure as e:
+        return _pd_error(e)
     e2e = time.monotonic() - t0
     bodies = [
         protocol.native_body(
@@ -295,16 +355,36 @@ def _include_usage(body: dict[str, Any]) -> bool:
     return isinstance(opts, dict) and bool(opts.get("include_usage"))
 
 
+def _openai_pd(
+    ctx: SimContext, body: dict[str, Any], inputs: list[GenInput], rank: int | None
+) -> tuple[list[GenInput], list[Job], list[PdRequest | None]] | web.Response:
+    jobs = [_job(inp, rank) for inp in inputs]
+    try:
+        pds = [ctx.pd_request(body, job.rid, i) for i, job in enumerate(jobs)]
+    except BadRequest as e:
+        return jresp(protocol.openai_error(str(e)), 400)
+    inputs = [ctx.prefill_only(inp) for inp in inputs]
+    jobs = [replace(job, max_new_tokens=inp.max_new_tokens) for job, inp in zip(jobs, inputs, strict=True)]
+    return inputs, jobs, pds
+
+
 async def completions(request: web.Request) -> web.StreamResponse:
     ctx = _ctx(request)
     got = await _openai_inputs(request, protocol.parse_completion)
     if isinstance(got, web.Response):
         return got
     body, inputs, rank = got
+    prepared = _openai_pd(ctx, body, inputs, rank)
+    if isinstance(prepared, web.Response):
+        return prepared
+    inputs, jobs, pds = prepared
     rid, created = uuid.uuid4().hex, int(time.time())
     model = str(body.get("model") or ctx.args.served_model_name)
     if not body.get("stream"):
-        done = await asyncio.gather(*(ctx.rt().complete(_job(inp, rank)) for inp in inputs))
+        try:
+            done = await asyncio.gather(*(ctx.complete(job, pd) for job, pd in zip(jobs, pds, strict=True)))
+        except PdFailure as e:
+            return _pd_error(e)
         results = [(inp, output_token_ids(inp.prompt.seed, p.tokens)) for inp, p in zip(inputs, done, strict=True)]
         return jresp(protocol.completion_body(rid, model, created, results))
     inp = inputs[0]
@@ -312,14 +392,17 @@ async def completions(request: web.Request) -> web.StreamResponse:
     resp = await _sse_open(request)
     with contextlib.suppress(ConnectionError):
         sent = 0
-        async with contextlib.aclosing(ctx.rt().run(_job(inp, rank), streaming=True)) as gen:
-            async for p in gen:
-                text = output_text(ids[sent : p.tokens])
-                sent = p.tokens
-                await _sse(resp, protocol.completion_chunk(rid, model, created, text, inp if p.done else None))
-        if _include_usage(body):
-            chunk = protocol.usage_chunk(rid, model, created, "text_completion", inp.prompt.num_tokens, sent)
-            await _sse(resp, chunk)
+        try:
+            async with contextlib.aclosing(ctx.run(jobs[0], True, pds[0])) as gen:
+                async for p in gen:
+                    text = output_text(ids[sent : p.tokens])
+                    sent = p.tokens
+                    await _sse(resp, protocol.completion_chunk(rid, model, created, text, inp if p.done else None))
+            if _include_usage(body):
+                chunk = protocol.usage_chunk(rid, model, created, "text_completion", inp.prompt.num_tokens, sent)
+                await _sse(resp, chunk)
+        except PdFailure as e:
+            await _sse(resp, _pd_stream_error(e))
         await _sse_close(resp)
     return resp
 
@@ -329,27 +412,37 @@ async def chat_completions(request: web.Request) -> web.StreamResponse:
     got = await _openai_inputs(request, lambda b: [protocol.parse_chat(b, ctx.knobs.output_tokens)])
     if isinstance(got, web.Response):
         return got
-    body, (inp,), rank = got
+    body, inputs, rank = got
+    prepared = _openai_pd(ctx, body, inputs, rank)
+    if isinstance(prepared, web.Response):
+        return prepared
+    (inp,), (job,), (pd,) = prepared
     rid, created = uuid.uuid4().hex, int(time.time())
     model = str(body.get("model") or ctx.args.served_model_name)
     ids = output_token_ids(inp.prompt.seed, inp.max_new_tokens)
     if not body.get("stream"):
-        p = await ctx.rt().complete(_job(inp, rank))
+        try:
+            p = await ctx.complete(job, pd)
+        except PdFailure as e:
+            return _pd_error(e)
         return jresp(protocol.chat_body(rid, model, created, inp, ids[: p.tokens]))
     resp = await _sse_open(request)
     with contextlib.suppress(ConnectionError):
         await _sse(resp, protocol.chat_chunk(rid, model, created, {"role": "assistant", "content": ""}, None))
         sent = 0
-        async with contextlib.aclosing(ctx.rt().run(_job(inp, rank), streaming=True)) as gen:
-            async for p in gen:
-                delta = {"content": output_text(ids[sent : p.tokens])}
-                sent = p.tokens
-                await _sse(resp, protocol.chat_chunk(rid, model, created, delta, inp if p.done else None))
-        if inp.max_new_tokens == 0:
-            await _sse(resp, protocol.chat_chunk(rid, model, created, {}, inp))
-        if _include_usage(body):
-            chunk = protocol.usage_chunk(rid, model, created, "chat.completion.chunk", inp.prompt.num_tokens, sent)
-            await _sse(resp, chunk)
+        try:
+            async with contextlib.aclosing(ctx.run(job, True, pd)) as gen:
+                async for p in gen:
+                    delta = {"content": output_text(ids[sent : p.tokens])}
+                    sent = p.tokens
+                    await _sse(resp, protocol.chat_chunk(rid, model, created, delta, inp if p.done else None))
+            if inp.max_new_tokens == 0:
+                await _sse(resp, protocol.chat_chunk(rid, model, created, {}, inp))
+            if _include_usage(body):
+                chunk = protocol.usage_chunk(rid, model, created, "chat.completion.chunk", inp.prompt.num_tokens, sent)
+                await _sse(resp, chunk)
+        except PdFailure as e:
+            await _sse(resp, _pd_stream_error(e))
         await _sse_close(resp)
     return resp
 

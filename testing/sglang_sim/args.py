@@ -92,11 +92,27 @@ class ServerArgs:
     download_dir: str | None
     log_level: str
     sglang_version: str = field(default=versions.DEFAULT_VERSION)
+    # PD disaggregation (resolved as the release does; see `_pd_checks`)
+    disaggregation_transfer_backend: str = "mooncake"
+    disaggregation_bootstrap_port: int = 8998
+    disaggregation_ib_device: str | None = None
+    disaggregation_decode_allocation_policy: str = "early"
+    disaggregation_decode_enable_radix_cache: bool = False
+    disaggregation_decode_extra_slots: int | None = None  # the flag (0.5.14+); None: SGLang's default, see disagg.py
+    disaggregation_decode_tp: int | None = None  # 0.5.9 only, prefill side
+    disaggregation_decode_dp: int | None = None  # 0.5.9 only, prefill side
+    disaggregation_prefill_pp: int | None = 1  # 0.5.9 only
+    kv_cache_dtype: str = "auto"
 
     @property
     def num_dp_ranks(self) -> int:
         """Schedulers behind the one HTTP server: in-process DP replicas or attention-DP ranks."""
         return self.attn_dp_size if self.attn_dp_size > 1 else self.dp_size
+
+    @property
+    def attn_tp_size(self) -> int:
+        """Attention TP width: the TP group split among attention-DP ranks and context-parallel ranks."""
+        return max(1, self.tp_size // max(1, self.attn_dp_size) // max(1, self.attn_cp_size))
 
     @property
     def gpus_per_replica(self) -> int:
@@ -146,6 +162,14 @@ def _get(ns: argparse.Namespace, dest: str, default: Any) -> Any:
 ATTN_DP_FLAG_SINCE: Version = (0, 5, 22)  # --attn-dp-size, the deprecation rewrite, its own positivity check
 FLASHINFER_NEEDS_FULL_ATTN_DP_SINCE: Version = (0, 5, 13)
 PPLX_NEEDS_ATTN_DP_SINCE: Version = (0, 5, 22)
+# PD disaggregation: 0.5.9 alone has --disaggregation-decode-tp/-dp/-prefill-pp and checks TP divisibility at start;
+# from 0.5.10 a prefill server refuses the `fake` backend.
+PD_PREFILL_REFUSES_FAKE_SINCE: Version = (0, 5, 10)
+PD_DECODE_RADIX_SINCE: Version = (0, 5, 11)  # --disaggregation-decode-enable-radix-cache
+PD_HOOK_BEFORE_DP_SINCE: Version = (0, 5, 13)  # pd_disaggregation_hook runs before the data-parallel checks
+PD_DECODE_RADIX_FAKE_SINCE: Version = (0, 5, 14)
+PD_HOST_RECEIVE_SINCE: Version = (0, 5, 21)  # --disaggregation-decode-host-receive-threshold
+PD_ALLOCATION_POLICY_SINCE: Version = (0, 5, 22)  # --disaggregation-decode-allocation-policy
 
 
 def messages(v: Version) -> dict[str, str | None]:
@@ -185,6 +209,29 @@ def messages(v: Version) -> dict[str, str | None]:
         "nnodes": "tp_size must be divisible by number of nodes",
         "colon": "served_model_name cannot contain a colon (':') character. The colon is reserved for the "
         "'model:adapter' syntax used in LoRA adapter specification. Invalid value: '",
+        # PD disaggregation (server_args._handle_pd_disaggregation, later arg_groups/pd_disaggregation_hook.py)
+        "pd_prefill_fake": "Prefill server does not support 'fake' as the transfer backend"
+        if v >= PD_PREFILL_REFUSES_FAKE_SINCE
+        else None,
+        "pd_decode_tp": "Cannot set --disaggregation-decode-tp for the decode engine."
+        if v < PD_PREFILL_REFUSES_FAKE_SINCE
+        else None,
+        "pd_decode_dp": "Cannot set --disaggregation-decode-dp for the decode engine."
+        if v < PD_PREFILL_REFUSES_FAKE_SINCE
+        else None,
+        "pd_tp_multiple": "Different tp size is supported only when one tp is multiple of the other. "
+        if v < PD_PREFILL_REFUSES_FAKE_SINCE
+        else None,
+        "pd_decode_radix_fake": "--disaggregation-decode-enable-radix-cache is incompatible with "
+        "--disaggregation-transfer-backend fake"
+        if v >= PD_DECODE_RADIX_FAKE_SINCE
+        else None,
+        "pd_host_receive_threshold": "--disaggregation-decode-host-receive-threshold must be between 0 and 1"
+        if v >= PD_HOST_RECEIVE_SINCE
+        else None,
+        "pd_prefill_complete": "--disaggregation-decode-allocation-policy prefill_complete does not yet support "
+        if v >= PD_ALLOCATION_POLICY_SINCE
+        else None,
     }
 
 
@@ -205,15 +252,17 @@ def resolve(ns: argparse.Namespace, version: str = versions.DEFAULT_VERSION) -> 
     backend = _get(ns, "moe_a2a_backend", "none")
     attn_cp, moe_dp = _get(ns, "attn_cp_size", 1), _get(ns, "moe_dp_size", 1)
 
+    if v >= ATTN_DP_FLAG_SINCE and enable_dp_attention:
+        # parallel_hook.handle_deprecated_dp_attention (handle_data_parallelism checks it after the PD hook)
+        notes.append(
+            "'--enable-dp-attention' is deprecated and will be removed in a future release. Use "
+            "'--attn-dp-size <dp-size>' instead."
+        )
+        if attn_dp == 1:
+            attn_dp, dp = dp, 1
+    if v >= PD_HOOK_BEFORE_DP_SINCE:
+        pd = _pd_disaggregation(ns, v, msg, notes, tp, pp, dp, attn_cp)
     if v >= ATTN_DP_FLAG_SINCE:
-        # parallel_hook.handle_deprecated_dp_attention, then handle_data_parallelism
-        if enable_dp_attention:
-            notes.append(
-                "'--enable-dp-attention' is deprecated and will be removed in a future release. Use "
-                "'--attn-dp-size <dp-size>' instead."
-            )
-            if attn_dp == 1:
-                attn_dp, dp = dp, 1
         if attn_dp < 1:
             raise ArgsError("ValueError", f"{msg['attn_dp_positive']}{attn_dp}).")
         if attn_dp > 1 and dp > 1:
@@ -261,11 +310,22 @@ def resolve(ns: argparse.Namespace, version: str = versions.DEFAULT_VERSION) -> 
     if backend == "pplx" and msg["pplx"] and attn_dp < 2:
         raise ArgsError("AssertionError", msg["pplx"])
 
+    if v < PD_HOOK_BEFORE_DP_SINCE:  # server_args._handle_pd_disaggregation, after the MoE handling
+        # (these releases keep --dp-size N with --enable-dp-attention, so the replica's DP width is max(dp, attn_dp))
+        pd = _pd_disaggregation(ns, v, msg, notes, tp, pp, max(dp, attn_dp), attn_cp)
+
     served = ns.served_model_name or ns.model_path
     disaggregation_mode = _get(ns, "disaggregation_mode", "null")
     lb = _get(ns, "load_balance_method", "auto")
     if lb == "auto":
         lb = "follow_bootstrap_room" if disaggregation_mode == "prefill" else "round_robin"
+    elif lb == "round_robin" and disaggregation_mode == "prefill" and v < PD_PREFILL_REFUSES_FAKE_SINCE:
+        notes.append(
+            "In PD-disaggregation prefill mode, the 'round_robin' load balancing method means `bootstrap_room` "
+            "routing (use 'follow_bootstrap_room' instead). Falling back to 'follow_bootstrap_room' for backward "
+            "compatibility."
+        )
+        lb = "follow_bootstrap_room"
 
     # check_server_args
     if nnodes == 0:
@@ -306,7 +366,7 @@ def resolve(ns: argparse.Namespace, version: str = versions.DEFAULT_VERSION) -> 
         context_length=_get(ns, "context_length", None),
         chunked_prefill_size=_get(ns, "chunked_prefill_size", None),
         page_size=_get(ns, "page_size", 1),
-        disable_radix_cache=bool(_get(ns, "disable_radix_cache", False)),
+        disable_radix_cache=bool(_get(ns, "disable_radix_cache", False)) or pd.decode_disables_radix,
         enable_metrics=bool(_get(ns, "enable_metrics", False)),
         api_key=_get(ns, "api_key", None),
         admin_api_key=_get(ns, "admin_api_key", None),
@@ -318,8 +378,129 @@ def resolve(ns: argparse.Namespace, version: str = versions.DEFAULT_VERSION) -> 
         download_dir=_get(ns, "download_dir", None),
         log_level=_get(ns, "log_level", "info"),
         sglang_version=version,
+        disaggregation_transfer_backend=pd.transfer_backend,
+        disaggregation_bootstrap_port=_get(ns, "disaggregation_bootstrap_port", 8998),
+        disaggregation_ib_device=pd.ib_device,
+        disaggregation_decode_allocation_policy=_get(ns, "disaggregation_decode_allocation_policy", "early"),
+        disaggregation_decode_enable_radix_cache=bool(_get(ns, "disaggregation_decode_enable_radix_cache", False)),
+        disaggregation_decode_extra_slots=_get(ns, "disaggregation_decode_extra_slots", None),
+        disaggregation_decode_tp=pd.decode_tp,
+        disaggregation_decode_dp=pd.decode_dp,
+        disaggregation_prefill_pp=pd.prefill_pp,
+        kv_cache_dtype=_get(ns, "kv_cache_dtype", "auto"),
     )
     return Resolution(args=args, notes=tuple(notes))
+
+
+@dataclass(frozen=True)
+class _PdResolution:
+    transfer_backend: str
+    ib_device: str | None
+    decode_disables_radix: bool
+    decode_tp: int | None
+    decode_dp: int | None
+    prefill_pp: int | None
+
+
+def _pd_disaggregation(
+    ns: argparse.Namespace,
+    v: Version,
+    msg: dict[str, str | None],
+    notes: list[str],
+    tp: int,
+    pp: int,
+    dp: int,
+    attn_cp: int,
+) -> _PdResolution:
+    """The release's PD-disaggregation resolution and start-up checks (0.5.9-0.5.12: `server_args.
+    _handle_pd_disaggregation`; 0.5.13+: `arg_groups/pd_disaggregation_hook.handle_pd_disaggregation`)."""
+    mode = _get(ns, "disaggregation_mode", "null")
+    backend = _get(ns, "disaggregation_transfer_backend", "mooncake")
+    ib_device = _get(ns, "disaggregation_ib_device", None)
+    decode_tp, decode_dp = _get(ns, "disaggregation_decode_tp", None), _get(ns, "disaggregation_decode_dp", None)
+    prefill_pp = _get(ns, "disaggregation_prefill_pp", 1)
+    decode_radix = bool(_get(ns, "disaggregation_decode_enable_radix_cache", False))
+    if backend == "mooncake_tcp":
+        notes.append(
+            "disaggregation transfer backend 'mooncake_tcp' -> mooncake with MC_FORCE_TCP=1 (TCP transport, no RDMA)"
+        )
+        backend, ib_device = "mooncake", None
+    if v < PD_PREFILL_REFUSES_FAKE_SINCE:  # 0.5.9
+        if mode == "decode":
+            if decode_tp is not None:
+                raise ArgsError("AssertionError", str(msg["pd_decode_tp"]))
+            if decode_dp is not None:
+                raise ArgsError("AssertionError", str(msg["pd_decode_dp"]))
+        elif mode == "prefill":
+            decode_tp = tp if decode_tp is None else decode_tp
+            decode_dp = dp if decode_dp is None else decode_dp
+            prefill_pp = pp
+            larger, smaller = max(decode_tp, tp), min(decode_tp, tp)
+            if smaller == 0:
+                raise ArgsError("ZeroDivisionError", "integer modulo by zero")
+            if larger % smaller != 0:
+                raise ArgsError("AssertionError", f"{msg['pd_tp_multiple']}decode_tp={decode_tp}, prefill_tp={tp}")
+        return _PdResolution(backend, ib_device, mode == "decode", decode_tp, decode_dp, prefill_pp)
+
+    policy = _get(ns, "disaggregation_decode_allocation_policy", "early")
+    threshold = _get(ns, "disaggregation_decode_host_receive_threshold", 1.0)
+    if policy == "prefill_complete" and msg["pd_prefill_complete"]:
+        unsupported = _prefill_complete_unsupported(ns, mode, backend, tp, pp, attn_cp, decode_radix, threshold)
+        if unsupported:
+            raise ArgsError("ValueError", f"{msg['pd_prefill_complete']}{', '.join(unsupported)}")
+    if msg["pd_host_receive_threshold"] and not 0 <= threshold <= 1:
+        raise ArgsError("ValueError", str(msg["pd_host_receive_threshold"]))
+    if mode == "decode" and decode_radix and backend == "fake" and msg["pd_decode_radix_fake"]:
+        raise ArgsError("ValueError", str(msg["pd_decode_radix_fake"]))
+    if mode == "prefill" and backend == "fake":
+        raise ArgsError("AssertionError", str(msg["pd_prefill_fake"]))
+    disables_radix = mode == "decode" and not (v >= PD_DECODE_RADIX_SINCE and decode_radix)
+    return _PdResolution(backend, ib_device, disables_radix, None, None, None)
+
+
+def _prefill_complete_unsupported(
+    ns: argparse.Namespace,
+    mode: str,
+    backend: str,
+    tp: int,
+    pp: int,
+    attn_cp: int,
+    decode_radix: bool,
+    threshold: float,
+) -> list[str]:
+    """`_validate_prefill_complete` (0.5.22+), on the flags the simulator parses. The release computes the attention
+    TP check from `enable_dp_attention`, which its deprecation handler has already reset, so any tp > 1 fails it."""
+    out = []
+    if mode not in ("prefill", "decode"):
+        out.append("aggregated serving")
+    if backend != "mooncake":
+        out.append("transfer backends other than Mooncake")
+    if pp != 1 or attn_cp != 1 or _get(ns, "dcp_size", 1) != 1:
+        out.append("pipeline or attention context parallelism")
+    if tp != 1:
+        out.append("attention tensor parallelism greater than one")
+    if _get(ns, "enable_pdmux", False) or _get(ns, "decoupled_spec_role", "null") != "null":
+        out.append("PD multiplexing or decoupled speculation")
+    if _get(ns, "enable_pd_role_switch", False):
+        out.append("runtime PD role switching")
+    if _get(ns, "encoder_only", False) or _get(ns, "language_only", False):
+        out.append("encoder disaggregation")
+    if _get(ns, "enable_hisparse", False):
+        out.append("HiSparse")
+    if threshold < 1:
+        out.append("decode host KV buffering")
+    if mode == "decode" and (decode_radix or _get(ns, "enable_hierarchical_cache", False)):
+        out.append("decode radix cache or decode HiCache")
+    if (
+        mode == "prefill"
+        and _get(ns, "enable_hierarchical_cache", False)
+        and (
+            _get(ns, "hicache_storage_backend", None) is not None
+            or _get(ns, "hicache_write_policy", "write_through") != "write_back"
+        )
+    ):
+        out.append("prefill HiCache other than L2 write_back")
+    return out
 
 
 def launch_problem(args: ServerArgs, knobs_max_running: int) -> str | None:

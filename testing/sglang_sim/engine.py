@@ -11,7 +11,8 @@ The caller passes the per-rank value; see `server.engine_config`.
 A request's life: `submit` (dispatched to a rank round-robin, as SGLang's default load-balance method) ->
 queued -> `admit` when its rank has a free slot and KV room (prompt + max_new_tokens reserved) -> prefill
 of the uncached prompt tokens at the prefill rate -> first token -> one token per 1/decode_rate seconds ->
-`finish` (or `abort`). The prefix cache is matched and filled at admission.
+`finish` (or `abort`). The prefix cache is matched and filled at admission. A PD decode request (`kv_ready`)
+skips the prefill: its KV and first token came from the prefill server, so its first token is out at admission.
 """
 
 from __future__ import annotations
@@ -42,6 +43,7 @@ class Job:
     prompt: Prompt
     max_new_tokens: int
     dp_rank: int | None = None  # pinned by the client (`data_parallel_rank`), else dispatched
+    kv_ready: bool = False  # PD decode: the prompt's KV (and the first token) came from a prefill server
 
 
 @dataclass(frozen=True)
@@ -166,6 +168,15 @@ class Engine:
     def in_flight(self) -> int:
         return sum(len(r.queue) + len(r.running) for r in self._ranks)
 
+    def pick_rank(self) -> int:
+        """The DP rank the dispatcher would give the next request (PD decode picks it at arrival)."""
+        return self._pick_rank().index
+
+    def rank_in_flight(self, rank: int) -> int:
+        """Requests queued or running on one DP rank."""
+        r = self._ranks[rank]
+        return len(r.queue) + len(r.running)
+
     def _pick_rank(self) -> _Rank:
         if self.cfg.dispatch == "total_requests":
             return min(self._ranks, key=lambda r: (len(r.running) + len(r.queue), r.index))
@@ -202,7 +213,7 @@ class Engine:
     def _start(self, rank: _Rank, q: _Queued, now: float) -> Schedule:
         prompt = q.job.prompt
         cached = 0
-        if self.cfg.prefix_cache:
+        if self.cfg.prefix_cache and not q.job.kv_ready:
             blocks = rank.cache.match(prompt.block_keys)
             cached = min(blocks * BLOCK_TOKENS, max(0, prompt.num_tokens - 1))
             rank.cache.insert(prompt.block_keys)
@@ -217,7 +228,9 @@ class Engine:
             prompt_tokens=prompt.num_tokens,
             cached_tokens=cached,
             output_tokens=q.job.max_new_tokens,
-            first_token_at=now + (prompt.num_tokens - cached) / self.cfg.prefill_tokens_per_s,
+            first_token_at=now
+            if q.job.kv_ready
+            else now + (prompt.num_tokens - cached) / self.cfg.prefill_tokens_per_s,
             token_interval=1.0 / self.cfg.decode_tokens_per_s,
         )
         rank.running[sched.rid] = sched

@@ -32,6 +32,9 @@ class SimKnobs:
     # The replica's shape, so that worker groups of different shapes behave differently:
     slots_per_gpu: int = 0  # SGLANG_SIM_SLOTS_PER_GPU: > 0: default running requests per scheduler = this x tp
     gpu_speed: float = 1.0  # SGLANG_SIM_GPU_SPEED: prefill and decode rates x this (the GPU type; e.g. 0.5)
+    # PD disaggregation: the KV handoff from prefill to decode takes prompt tokens x bytes per token / bandwidth
+    kv_bytes_per_token: float = 131072.0  # SGLANG_SIM_KV_BYTES_PER_TOKEN: 8B-class model, bf16 (32 x 8 x 128 x 2 x 2)
+    kv_transfer_gbps: float = 25.0  # SGLANG_SIM_KV_TRANSFER_GBPS: GB/s per transfer
 
     def default_running(self, tp_size: int) -> int:
         """Running requests per scheduler without --max-running-requests. SGLang sizes it from the KV pool, which
@@ -121,4 +124,6 @@ def knobs_from_env(env: Mapping[str, str]) -> SimKnobs:
         cache_disabled=cache_disabled and _applies(env, "SGLANG_SIM_COLD_CACHE_REPLICAS"),
         slots_per_gpu=_int(env, "SGLANG_SIM_SLOTS_PER_GPU", d.slots_per_gpu, 0),
         gpu_speed=_float(env, "SGLANG_SIM_GPU_SPEED", d.gpu_speed, 0.0, True),
+        kv_bytes_per_token=_float(env, "SGLANG_SIM_KV_BYTES_PER_TOKEN", d.kv_bytes_per_token, 0.0),
+        kv_transfer_gbps=_float(env, "SGLANG_SIM_KV_TRANSFER_GBPS", d.kv_transfer_gbps, 0.0, True),
     )

@@ -18,7 +18,10 @@ import uuid
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 
+from sglang_operator.api.releases import parse_version
+
 from .args import ServerArgs
+from .disagg import BOOTSTRAP_QUEUE_NAMES_SINCE, TRANSFER_HISTOGRAMS_SINCE, PdRankLoad
 from .engine import RankLoad, Schedule
 
 Labels = tuple[tuple[str, str], ...]
@@ -33,6 +36,10 @@ QUEUE_BUCKETS = (
     0.0, 0.1, 0.2, 0.5, 1, 2, 3, 4, 5, 10, 15, 20, 30, 40, 50, 60, 70, 80, 90, 100, 200, 300, 400, 500,
     600, 700, 800, 900, 1000, 1200, 1400, 1600, 1800, 2000, 2500, 3000,
 )  # fmt: skip
+KV_MS_BUCKETS = (1, 2, 5, 10, 25, 50, 100, 250, 500, 1000, 2500)  # bootstrap and alloc ms
+KV_LATENCY_MS_BUCKETS = (*KV_MS_BUCKETS, 5000)
+KV_SPEED_BUCKETS = (0.1, 0.5, 1, 5, 10, 25, 50, 100, 200, 400)
+KV_MB_BUCKETS = (1, 5, 10, 50, 100, 500, 1000, 5000, 10000)
 CONTENT_TYPE = "text/plain; version=0.0.4; charset=utf-8"
 # (metric, help, RankLoad field): the scheduler gauges, one series per DP rank.
 SCHEDULER_GAUGES = (
@@ -45,6 +52,30 @@ SCHEDULER_GAUGES = (
     ("sglang:max_total_num_tokens", "Maximum total number of tokens in the KV cache pool.", "max_total_num_tokens"),
     ("sglang:utilization", "The utilization.", "utilization"),
 )
+
+
+def pd_gauges(version: str) -> tuple[tuple[str, str, str], ...]:
+    """(metric, help, PdRankLoad field) of the per-role queue gauges. Every server exports them (0 outside its role),
+    as SGLang's scheduler sets them all on each stats pass; 0.5.9-0.5.11 name the prefill bootstrap queue
+    `prealloc`, and 0.5.9 exports the last KV transfer's speed and latency as gauges (later releases: histograms)."""
+    v = parse_version(version)
+    bootstrap = (
+        ("sglang:num_prefill_bootstrap_queue_reqs", "The number of requests in the prefill bootstrap queue.")
+        if v >= BOOTSTRAP_QUEUE_NAMES_SINCE
+        else ("sglang:num_prefill_prealloc_queue_reqs", "The number of requests in the prefill prealloc queue.")
+    )
+    out: tuple[tuple[str, str, str], ...] = (
+        (*bootstrap, "bootstrap"),
+        ("sglang:num_prefill_inflight_queue_reqs", "The number of requests in the prefill inflight queue.", "inflight"),
+        ("sglang:num_decode_prealloc_queue_reqs", "The number of requests in the decode prealloc queue.", "prealloc"),
+        ("sglang:num_decode_transfer_queue_reqs", "The number of requests in the decode transfer queue.", "transfer"),
+    )
+    if v < TRANSFER_HISTOGRAMS_SINCE:
+        out += (
+            ("sglang:kv_transfer_speed_gb_s", "The transfer speed of the KV cache in GB/s.", "kv_transfer_speed_gb_s"),
+            ("sglang:kv_transfer_latency_ms", "The transfer latency of the KV cache in ms.", "kv_transfer_latency_ms"),
+        )
+    return out
 
 
 def fmt_value(v: float) -> str:
@@ -170,11 +201,35 @@ class SimMetrics:
         self.queue_time = Histogram(
             "sglang:queue_time_seconds", "Histogram of queueing time in seconds.", QUEUE_BUCKETS
         )
+        # PD disaggregation (scheduler-side: labelled like the scheduler gauges; exported once touched)
+        self.bootstrap_failed = Counter(
+            "sglang:num_bootstrap_failed_reqs_total", "The number of bootstrap failed requests."
+        )
+        self.transfer_failed = Counter(
+            "sglang:num_transfer_failed_reqs_total", "The number of transfer failed requests."
+        )
+        self.kv_histograms = parse_version(args.sglang_version) >= TRANSFER_HISTOGRAMS_SINCE
+        self.kv_latency = Histogram(
+            "sglang:kv_transfer_latency_ms", "Histogram of KV cache transfer latency in ms.", KV_LATENCY_MS_BUCKETS
+        )
+        self.kv_total_mb = Histogram(
+            "sglang:kv_transfer_total_mb", "Histogram of KV cache transfer size in MB.", KV_MB_BUCKETS
+        )
+        self.kv_speed = Histogram(
+            "sglang:kv_transfer_speed_gb_s", "Histogram of KV cache transfer speed in GB/s.", KV_SPEED_BUCKETS
+        )
+        self.kv_bootstrap_ms = Histogram(
+            "sglang:kv_transfer_bootstrap_ms", "Histogram of KV transfer bootstrap time in ms.", KV_MS_BUCKETS
+        )
+        self.kv_alloc_ms = Histogram(
+            "sglang:kv_transfer_alloc_ms", "Histogram of KV transfer allocation waiting time in ms.", KV_MS_BUCKETS
+        )
 
     def _req_labels(self, streaming: bool) -> Labels:
         return labels_of({**self.base, "is_streaming": "true" if streaming else "false"})
 
-    def observe_finished(self, s: Schedule, e2e: float, streaming: bool) -> None:
+    def observe_finished(self, s: Schedule, e2e: float, streaming: bool, first_token: bool = True) -> None:
+        """A finished request. A PD prefill server observes no TTFT (or ITL), its warmup included."""
         base = labels_of(self.base)
         req = self._req_labels(streaming)
         self.num_requests.inc(req)
@@ -183,16 +238,42 @@ class SimMetrics:
         if s.cached_tokens > 0:
             self.cached_tokens.inc(labels_of({**self.base, "cache_source": "device"}), s.cached_tokens)
         self.e2e.observe(req, e2e)
-        if s.output_tokens > 0:
+        if s.output_tokens > 0 and first_token and self.args.disaggregation_mode != "prefill":
             self.ttft.observe(req, s.ttft)
-        if s.output_tokens > 1:
+        if s.output_tokens > 1 and self.args.disaggregation_mode != "prefill":
             self.itl.observe(req, s.token_interval, s.output_tokens - 1)
         self.queue_time.observe(scheduler_labels(self.args, s.dp_rank), s.queue_time)
 
     def observe_aborted(self) -> None:
         self.aborted.inc(labels_of(self.base))
 
-    def families(self, loads: Sequence[RankLoad]) -> list[Family]:
+    def observe_pd_failed(self, prompt_tokens: int, e2e: float, streaming: bool) -> None:
+        """A PD request the scheduler aborted (bootstrap or transfer failure): it still finishes, as a request."""
+        req = self._req_labels(streaming)
+        self.num_requests.inc(req)
+        self.prompt_tokens.inc(labels_of(self.base), prompt_tokens)
+        self.e2e.observe(req, e2e)
+
+    def count_pd_failure(self, stage: str, dp_rank: int) -> None:
+        """`increment_bootstrap_failed_reqs` ("bootstrap") or `increment_transfer_failed_reqs` ("transfer")."""
+        counter = self.bootstrap_failed if stage == "bootstrap" else self.transfer_failed
+        counter.inc(scheduler_labels(self.args, dp_rank))
+
+    def observe_kv_transfer(self, dp_rank: int, latency_ms: float, total_mb: float, speed_gb_s: float) -> None:
+        """Prefill, at each finished transfer (0.5.10+ histograms; 0.5.9 keeps only the last values, as gauges)."""
+        if self.kv_histograms:
+            labels = scheduler_labels(self.args, dp_rank)
+            self.kv_latency.observe(labels, latency_ms)
+            self.kv_total_mb.observe(labels, total_mb)
+            self.kv_speed.observe(labels, speed_gb_s)
+
+    def observe_kv_bootstrap(self, dp_rank: int, bootstrap_ms: float, alloc_ms: float) -> None:
+        if self.kv_histograms:
+            labels = scheduler_labels(self.args, dp_rank)
+            self.kv_bootstrap_ms.observe(labels, bootstrap_ms)
+            self.kv_alloc_ms.observe(labels, alloc_ms)
+
+    def families(self, loads: Sequence[RankLoad], pd: Sequence[PdRankLoad] = ()) -> list[Family]:
         fams = [
             Family(
                 name,
@@ -202,6 +283,19 @@ class SimMetrics:
             )
             for name, doc, attr in SCHEDULER_GAUGES
         ]
+        pd_by_rank = {p.dp_rank: p for p in pd}
+        for name, doc, attr in pd_gauges(self.args.sglang_version):
+            samples = []
+            for r in loads:
+                p = pd_by_rank.get(r.dp_rank, PdRankLoad(dp_rank=r.dp_rank))
+                samples.append((name, scheduler_labels(self.args, r.dp_rank), float(getattr(p, attr))))
+            fams.append(Family(name, "gauge", doc, tuple(samples)))
+        for c in (self.bootstrap_failed, self.transfer_failed):
+            if c.series:
+                fams.append(c.family())
+        for h in (self.kv_latency, self.kv_total_mb, self.kv_speed, self.kv_bootstrap_ms, self.kv_alloc_ms):
+            if h.series:
+                fams.append(h.family())
         fams += [
             c.family() for c in (self.num_requests, self.prompt_tokens, self.generation_tokens, self.cached_tokens)
         ]

@@ -26,6 +26,7 @@ class GenInput:
     prompt: Prompt
     max_new_tokens: int
     explicit_max: bool  # True: ends with finish_reason "length"; False: the simulated EOS ("stop")
+    prefill_only: bool = False  # a PD prefill server's answer: one token, finish_reason length 0
 
 
 def _max_tokens(value: Any, default: int) -> tuple[int, bool]:
@@ -116,7 +117,14 @@ def pinned_rank(body: dict[str, Any], num_ranks: int) -> int | None:
     return None
 
 
+def abort_reason(message: str, status: int) -> dict[str, Any]:
+    """FINISH_ABORT.to_json(): a request the scheduler aborted."""
+    return {"type": "abort", "message": message, "status_code": status, "err_type": None}
+
+
 def finish_reason(inp: GenInput) -> dict[str, Any]:
+    if inp.prefill_only:  # FINISH_LENGTH(length=0), set when the KV transfer is done
+        return {"type": "length", "length": 0}
     if inp.explicit_max:
         return {"type": "length", "length": inp.max_new_tokens}
     return {"type": "stop", "matched": EOS_TOKEN_ID}

@@ -46,6 +46,7 @@ class Runtime:
         self.min_chunk_s = min_chunk_s
         self.stream_interval = max(1, stream_interval)
         self._waiters: dict[str, asyncio.Future[Schedule]] = {}
+        self.listeners: list[Callable[[], None]] = []  # called whenever requests enter or leave the engine
 
     def loads(self) -> list[RankLoad]:
         return self.engine.loads(self.clock())
@@ -55,17 +56,23 @@ class Runtime:
             fut = self._waiters.pop(sched.rid, None)
             if fut is not None and not fut.done():
                 fut.set_result(sched)
+        for listener in self.listeners:
+            listener()
 
     async def _sleep_until(self, t: float) -> None:
         delay = t - self.clock()
         if delay > 0:
             await asyncio.sleep(delay)
 
-    async def run(self, job: Job, streaming: bool) -> AsyncGenerator[Progress, None]:
-        """Yield progress until the request is done. Use under `contextlib.aclosing`."""
+    async def run(
+        self, job: Job, streaming: bool, arrival: float | None = None, observe: bool = True
+    ) -> AsyncGenerator[Progress, None]:
+        """Yield progress until the request is done. Use under `contextlib.aclosing`. `arrival`: when the request
+        reached the server, if before now (PD: its bootstrap and transfer came first); `observe=False` leaves the
+        finished request's metrics to the caller (PD prefill: it finishes after its KV transfer)."""
         fut: asyncio.Future[Schedule] = asyncio.get_running_loop().create_future()
         self._waiters[job.rid] = fut
-        arrival = self.clock()
+        arrival = self.clock() if arrival is None else arrival
         self.engine.submit(job, arrival)
         finished = False
         try:
@@ -90,7 +97,9 @@ class Runtime:
             now = self.clock()
             self._waiters.pop(job.rid, None)
             if finished:
-                self.metrics.observe_finished(self.engine.finish(job.rid, now), now - arrival, streaming)
+                sched = self.engine.finish(job.rid, now)
+                if observe:
+                    self.metrics.observe_finished(sched, now - arrival, streaming)
             elif self.engine.abort(job.rid, now):
                 self.metrics.observe_aborted()
             self._pump()

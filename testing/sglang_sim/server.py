@@ -19,13 +19,16 @@ from collections.abc import Callable, Mapping
 
 from aiohttp import web
 
+from . import disagg
 from .app import SimContext, build_app
 from .args import ServerArgs
 from .args import per_rank as args_per_rank
+from .bootstrap import BootstrapServer
 from .engine import Engine, EngineConfig
 from .knobs import SimKnobs
 from .leader import LeaderMirror, leader_url
 from .metrics import PodIdentity, SimMetrics
+from .pd_runtime import PdRuntime
 from .runtime import Runtime
 from .views import Capacity
 
@@ -96,14 +99,29 @@ class Simulator:
         self.knobs = knobs
         self.cap = capacity(args, knobs)
         self.mirror: LeaderMirror | None = None
+        self.bootstrap: BootstrapServer | None = None
         runtime: Runtime | None = None
         metrics: SimMetrics | None = None
+        pd: PdRuntime | None = None
         busy: Callable[[], list[float]]
         if args.node_rank == 0:
             metrics = SimMetrics(args)
             engine = Engine(engine_config(args, knobs, self.cap), clock())
             runtime = Runtime(engine, metrics, clock, stream_interval=args.stream_interval)
             busy = lambda: [r.busy_fraction for r in runtime.loads()]  # noqa: E731
+            if disagg.is_pd(args):
+                if args.disaggregation_mode == "prefill":
+                    self.bootstrap = BootstrapServer(args.host, args.disaggregation_bootstrap_port, args.sglang_version)
+                pd = PdRuntime(
+                    args,
+                    knobs,
+                    runtime,
+                    metrics,
+                    disagg.timeouts_from_env(env),
+                    self.crash,
+                    self.cap.max_running_per_rank,
+                    self.bootstrap,
+                )
         else:
             url = leader_url(args, env.get("SGLANG_SIM_LEADER_URL")) if args.enable_metrics else None
             poll = min(1.0, max(0.1, knobs.time_scale))
@@ -118,6 +136,7 @@ class Simulator:
             runtime=runtime,
             metrics=metrics,
             busy=busy,
+            pd=pd,
         )
         self.exit_code = 0
         self._stop = asyncio.Event()
@@ -135,11 +154,30 @@ class Simulator:
     def status(self) -> str:
         return self.ctx.life.status
 
+    @property
+    def stopped(self) -> bool:
+        """Whether the process is on its way out (SIGTERM, a simulated crash)."""
+        return self._stop.is_set()
+
+    def crash(self, exception: str) -> None:
+        """A scheduler exception: SGLang's scheduler logs it and SIGQUITs the launcher, which exits 1."""
+        log.error("Scheduler hit an exception: Traceback (most recent call last):\n%s", exception)
+        log.error("Received sigquit from a child process. It usually means the child failed.")
+        self.stop(1)
+
     async def start(self) -> None:
         drain = max(0.01, self.knobs.drain_seconds)  # aiohttp reads a timeout of 0 as "wait forever"
         self._runner = web.AppRunner(build_app(self.ctx), access_log=None, shutdown_timeout=drain)
         await self._runner.setup()
         await web.TCPSite(self._runner, self.args.host, self.args.port).start()
+        if self.bootstrap is not None:
+            try:
+                await self.bootstrap.start()
+            except OSError as e:
+                raise OSError(f"bootstrap server {self.bootstrap.host}:{self.bootstrap.port}: {e}") from e
+            log.info(
+                "CommonKVBootstrapServer started successfully on %s:%d", self.bootstrap.host, self.bootstrap.bound_port
+            )
         self._tasks.append(asyncio.create_task(self._startup()))
         if self.mirror is not None:
             self._tasks.append(asyncio.create_task(self.mirror.run()))
@@ -164,6 +202,9 @@ class Simulator:
             "max_total_num_tokens=%d, max_running_requests=%d, context_len=%d",
             self.cap.max_total_tokens_per_rank, self.cap.max_running_per_rank, self.cap.context_length,
         )  # fmt: skip
+        if self.bootstrap is not None:  # each prefill rank registers once its KV pool exists (PUT /route)
+            layout = disagg.prefill_layout(self.args, self.port)
+            self.bootstrap.register_ranks(layout, self.args.host, self.bootstrap.bound_port)
         if self.ctx.runtime is not None and not self.args.skip_server_warmup:
             await self.ctx.runtime.warmup()
         self.ctx.life.startup_time = self._clock() - self._t0
@@ -184,6 +225,10 @@ class Simulator:
                 await task
         if self._runner is not None:
             await self._runner.cleanup()
+        if self.ctx.pd is not None:
+            await self.ctx.pd.close()
+        if self.bootstrap is not None:
+            await self.bootstrap.close()
 
     async def serve(self) -> int:
         """Run until SIGTERM/SIGINT (exit 0) or a simulated crash (exit 1)."""

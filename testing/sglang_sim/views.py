@@ -7,6 +7,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from .args import ServerArgs
+from .disagg import PdRankLoad, disagg_section
 from .engine import RankLoad
 
 LOAD_SECTIONS = frozenset({"core", "memory", "spec", "lora", "disagg", "queues", "all"})
@@ -94,20 +95,30 @@ def parse_include(raw: str | None) -> frozenset[str] | None:
 
 
 def load_entry(
-    args: ServerArgs, cap: Capacity, r: RankLoad, include: frozenset[str] | None, ts: float
+    args: ServerArgs,
+    cap: Capacity,
+    r: RankLoad,
+    include: frozenset[str] | None,
+    ts: float,
+    pd: PdRankLoad | None = None,
 ) -> dict[str, Any]:
+    """One DP rank. PD queues count as waiting (bootstrap on prefill, prealloc and transfer on decode), KV held for a
+    transfer as used, and the bootstrap / prealloc queues' prompts as pending, as SGLang's load inquirer counts them."""
+
     def want(section: str) -> bool:
         return include is None or section in include
 
+    p = pd or PdRankLoad(dp_rank=r.dp_rank)
+    used = r.num_used_tokens + p.held_tokens
     d: dict[str, Any] = {"dp_rank": r.dp_rank, "timestamp": ts}
     if want("core"):
         d |= {
             "num_running_reqs": r.num_running_reqs,
-            "num_waiting_reqs": r.num_waiting_reqs,
-            "num_used_tokens": r.num_used_tokens,
-            "num_total_tokens": r.num_total_tokens,
+            "num_waiting_reqs": r.num_waiting_reqs + p.waiting,
+            "num_used_tokens": used,
+            "num_total_tokens": r.num_total_tokens + p.held_tokens + p.pending_tokens,
             "max_total_num_tokens": r.max_total_num_tokens,
-            "token_usage": r.token_usage,
+            "token_usage": used / r.max_total_num_tokens if r.max_total_num_tokens else 0.0,
             "gen_throughput": r.gen_throughput,
             "cache_hit_rate": r.cache_hit_rate,
             "utilization": r.utilization,
@@ -117,17 +128,8 @@ def load_entry(
         d["memory"] = memory(cap)
     if want("queues"):
         d["queues"] = {"waiting": r.num_waiting_reqs, "grammar": 0, "paused": 0, "retracted": 0}
-    if include is not None and "disagg" in include:
-        d["disaggregation"] = {
-            "mode": args.disaggregation_mode,
-            "prefill_prealloc_queue_reqs": 0,
-            "prefill_inflight_queue_reqs": 0,
-            "decode_prealloc_queue_reqs": 0,
-            "decode_transfer_queue_reqs": 0,
-            "decode_retracted_queue_reqs": 0,
-            "kv_transfer_speed_gb_s": 0.0,
-            "kv_transfer_latency_ms": 0.0,
-        }
+    if want("disagg"):
+        d["disaggregation"] = disagg_section(args.disaggregation_mode, args.sglang_version, p)
     return d
 
 
@@ -144,13 +146,15 @@ def loads_body(
     ts: float,
     iso_time: str,
     accelerator: str,
+    pd: Sequence[PdRankLoad] = (),
 ) -> dict[str, Any]:
+    by_rank = {p.dp_rank: p for p in pd}
     return {
         "timestamp": iso_time,
         "version": args.sglang_version,
         "accelerator": accelerator,
         "num_accelerators": accelerators_per_dp_rank(args),
-        "loads": [load_entry(args, cap, r, include, ts) for r in loads],
+        "loads": [load_entry(args, cap, r, include, ts, by_rank.get(r.dp_rank)) for r in loads],
     }
 
 
