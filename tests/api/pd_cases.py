@@ -38,7 +38,7 @@ PD_CASES: list[tuple[str, str, dict[str, Any], dict[str, Any]]] = [
     ("spec.disaggregation.decodeAllocationPolicy", "prefill_complete needs the mooncake backend",
      pd({"decodeAllocationPolicy": "prefill_complete"}),
      pd({"decodeAllocationPolicy": "prefill_complete"}, workerGroups=[
-         {**PREFILL, "parallelism": {"tp": 2, "attentionDP": 2}}, DECODE])),
+         {**PREFILL, "parallelism": {"tp": 1}}, DECODE])),
     ("spec.disaggregation.bootstrapPort", "other than engine.port",
      pd({"bootstrapPort": 30000}), pd({"bootstrapPort": 9000})),
     ("spec.disaggregation.pageSize", "at most 4096",

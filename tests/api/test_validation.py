@@ -10,6 +10,7 @@ import pytest
 
 from sglang_operator.api.groups import FLEET_RULES, GroupRule
 from sglang_operator.api.validation import RULES, Rule, check_rules, parse_spec
+from tests.api.pd_autoscaling_cases import PD_AUTOSCALING_CASES
 from tests.api.pd_cases import PD_CASES
 
 # (field, message fragment, failing spec, passing spec)
@@ -355,6 +356,7 @@ CASES: list[tuple[str, str, dict[str, Any], dict[str, Any]]] = [
 
 
 CASES += PD_CASES
+CASES += PD_AUTOSCALING_CASES
 
 
 def with_model(patch: dict[str, Any]) -> dict[str, Any]:

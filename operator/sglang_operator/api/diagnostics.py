@@ -2,9 +2,11 @@
 
 The doctor (`sglang_operator.doctor`) reads each replica's metrics from Prometheus over `windowSeconds`, the
 routers' worker lists and the pods' timestamps, and reports what the DP troubleshooting table names: uneven load,
-slow replicas, a spread of cache hit rates, slow starts and slow scale-ups. A finding appears after it held for
-`appearAfter` evaluations in a row and clears after `clearAfter` evaluations without it, so one noisy window neither
-raises nor clears one. Every number is bounded in the schema (`ge`/`le`), like every other number of the spec.
+slow replicas, a spread of cache hit rates, slow starts and slow scale-ups; in a disaggregated fleet also what
+breaks the KV handoff between prefill and decode (docs/doctor.md, "Prefill/decode fleets"). A finding appears after
+it held for `appearAfter` evaluations in a row and clears after `clearAfter` evaluations without it, so one noisy
+window neither raises nor clears one. Every number is bounded in the schema (`ge`/`le`), like every other number of
+the spec.
 """
 
 from pydantic import Field
@@ -69,6 +71,14 @@ class DiagnosticThresholds(SpecModel):
         le=DAY_SECONDS,
         description="A scale-up that took longer than this from the autoscaler's decision to the new replicas' "
         "Ready is slow.",
+    )
+    prealloc_queue_growth: float = Field(
+        default=2.0,
+        ge=1.0,
+        le=1_000_000.0,
+        description="A disaggregated fleet: a decode replica whose prealloc queue "
+        "(sglang:num_decode_prealloc_queue_reqs) grew by this many requests over the window, or never emptied, "
+        "while every prefill replica idled, has its KV handoff stuck.",
     )
 
 

@@ -125,8 +125,8 @@ DISAGGREGATION_RULES: tuple[Rule, ...] = (
     ),
     Rule(
         field="spec.disaggregation.transferBackend",
-        message="cannot be fake: a prefill server refuses the fake backend at start-up; use mooncake, nixl, mori, "
-        "ascend or mooncake_tcp.",
+        message="cannot be fake: it moves no KV (a test backend, which prefill servers refuse at start-up from "
+        "SGLang 0.5.10); use mooncake, nixl, mori, ascend or mooncake_tcp.",
         cel=f"{_PD}{_DIS}.transferBackend != 'fake'",
         holds=lambda s: s.disaggregation is None or s.disaggregation.transfer_backend != "fake",
     ),
@@ -158,18 +158,16 @@ DISAGGREGATION_RULES: tuple[Rule, ...] = (
     ),
     Rule(
         field="spec.disaggregation.decodeAllocationPolicy",
-        message="prefill_complete needs the mooncake backend and attention TP 1 in every group (tp == attentionDP), "
-        "as SGLang checks at start-up; use early, or change the backend or the groups' parallelism.",
+        message="prefill_complete needs the mooncake backend and tp 1 in every group, as SGLang checks at start-up "
+        "(0.5.22 and 0.5.23 read attention TP as tp, before attention DP divides it, so any tp above 1 is refused); "
+        "use early, or change the backend or the groups' parallelism.",
         cel=f"{_PD}!has({_DIS}.decodeAllocationPolicy) || {_DIS}.decodeAllocationPolicy != 'prefill_complete' || "
         f"({_DIS}.transferBackend == 'mooncake' && (!has(self.workerGroups) || "
-        "self.workerGroups.all(g, g.parallelism.tp == g.parallelism.attentionDP)))",
+        "self.workerGroups.all(g, g.parallelism.tp == 1)))",
         holds=lambda s: (
             s.disaggregation is None
             or s.disaggregation.decode_allocation_policy != "prefill_complete"
-            or (
-                s.disaggregation.transfer_backend == "mooncake"
-                and all(g.parallelism.tp == g.parallelism.attention_dp for g in s.worker_groups)
-            )
+            or (s.disaggregation.transfer_backend == "mooncake" and all(g.parallelism.tp == 1 for g in s.worker_groups))
         ),
     ),
     Rule(

@@ -275,7 +275,7 @@ class DisaggregationSpec(SpecModel):
     decode_allocation_policy: Literal["early", "prefill_complete"] | None = Field(
         default=None,
         description="--disaggregation-decode-allocation-policy on both roles (0.5.22 and later; prefill_complete "
-        "needs mooncake and attention TP 1).",
+        "needs mooncake and tp 1).",
     )
     page_size: int | None = Field(
         default=None,
@@ -307,6 +307,23 @@ class AutoscalingTargets(SpecModel):
     )
     gpu_utilization: int | None = Field(
         default=None, description="Target GPU utilisation percent; can only raise the count."
+    )
+    prefill_tokens_per_second_per_gpu: int | None = Field(
+        default=None,
+        alias="prefillTokensPerSecondPerGPU",
+        description="A disaggregated fleet's prefill rate: uncached prompt tokens one prefill GPU prefills per "
+        "second (a replica of tp x dp GPUs that many times). Default: measured, from the prefill pods' requests "
+        "(concurrency x uncached tokens per request / the time a request holds a slot).",
+    )
+    decode_token_usage: float = Field(
+        default=0.85,
+        description="A disaggregated fleet's target KV-cache usage of the decode replicas (sglang:token_usage): "
+        "decode replicas = ready x usage / this when that is more than their concurrency asks for.",
+    )
+    inter_token_latency_seconds: float | None = Field(
+        default=None,
+        description="A disaggregated fleet's mean inter-token latency target for decode "
+        "(sglang:inter_token_latency_seconds): above it, decode replicas = ready x latency / this.",
     )
 
 
@@ -468,6 +485,14 @@ class PrometheusAuth(SpecModel):
     )
 
 
+class PrefillGPUShare(SpecModel):
+    """The share of a disaggregated fleet's GPUs its prefill replicas may have: a decision outside it is clamped
+    (the role below its share grows first; the other shrinks only where bounds or the GPU budget stop that)."""
+
+    min: float = Field(default=0.0, description="Prefill GPUs / all GPUs of the fleet, at least.")
+    max: float = Field(default=1.0, description="Prefill GPUs / all GPUs of the fleet, at most.")
+
+
 class AutoscalingSpec(SpecModel):
     """The operator's own autoscaler; when enabled it owns the replica count (unless `recommendOnly`) and writes
     only status."""
@@ -514,6 +539,11 @@ class AutoscalingSpec(SpecModel):
     bursty_traffic: BurstyTraffic = Field(default_factory=BurstyTraffic)
     sustained_rise: SustainedRise = Field(default_factory=SustainedRise)
     slo: ServiceLevel = Field(default_factory=ServiceLevel)
+    prefill_gpu_share: PrefillGPUShare | None = Field(
+        default=None,
+        alias="prefillGPUShare",
+        description="A disaggregated fleet's range for prefill GPUs / all its GPUs (fractions); none: any.",
+    )
 
 
 class UpdateStrategy(SpecModel):

@@ -29,6 +29,16 @@ class AutoscalerDecisionRecord(SpecModel):
     mode: str = "normal"
 
 
+class AutoscalerRoleStatus(SpecModel):
+    """One role's decision in a disaggregated fleet (prefill or decode)."""
+
+    desired_replicas: int = Field(default=0, description="Replicas of the role's groups together.")
+    signal: str = Field(default="", description="The signal that decided (e.g. uncachedTokens, concurrency, hold).")
+    reason: str = ""
+    mode: str = "normal"
+    observed: dict[str, str] = Field(default_factory=dict, description="The role's signals, as display strings.")
+
+
 class AutoscalerStatus(SpecModel):
     desired_replicas: int | None = None
     recommend_only: bool = Field(
@@ -44,9 +54,25 @@ class AutoscalerStatus(SpecModel):
     groups: dict[str, int] = Field(
         default_factory=dict, description="With worker groups: the decision split into replicas per group."
     )
+    roles: dict[str, AutoscalerRoleStatus] = Field(
+        default_factory=dict, description="A disaggregated fleet: the decision per role (prefill, decode)."
+    )
 
 
-DiagnosticType = Literal["LoadImbalance", "SlowReplica", "CacheHitSpread", "SlowStart", "SlowScaleUp"]
+DiagnosticType = Literal[
+    "LoadImbalance",
+    "SlowReplica",
+    "CacheHitSpread",
+    "SlowStart",
+    "SlowScaleUp",
+    "BootstrapUnreachable",
+    "RendezvousFailures",
+    "RoleSkew",
+    "RoleUnavailable",
+    "HandoffStuck",
+]
+"""The fleet doctor's finding types (`doctor.model.FINDING_TYPES` is this list); the last five only in a
+disaggregated fleet."""
 
 
 class DiagnosticFinding(SpecModel):
@@ -54,7 +80,9 @@ class DiagnosticFinding(SpecModel):
 
     type: DiagnosticType
     replica: str = Field(default="", description="The replica's index (sglang.ai/replica); empty for the fleet.")
-    pod: str = Field(default="", description="The replica's rank-0 pod; empty for the fleet.")
+    pod: str = Field(
+        default="", description="The pod it is about (a replica's rank-0 pod, or a router pod); empty for the fleet."
+    )
     node: str = Field(default="", description="The node the pod runs on.")
     evidence: str = Field(description="What was measured, over which window, against what.")
     action: str = Field(description="What to do about it.")

@@ -16,6 +16,7 @@ from typing import Any, Union, get_args, get_origin
 from pydantic import BaseModel, ValidationError
 
 from ..settings import PodPolicy
+from .autoscaling_pd_rules import AUTOSCALING_PD_RULES
 from .disaggregation_rules import DISAGGREGATION_RULES
 from .groups import FLEET_RULES, GroupRule, group_variants
 from .limits import UPPER_BOUNDS
@@ -554,6 +555,7 @@ RULES: tuple[Rule, ...] = (
     *RESOURCE_RULES,
     *RELEASE_RULES,
     *DISAGGREGATION_RULES,
+    *AUTOSCALING_PD_RULES,
 )
 # Every rule that reads a field a worker group sets, once more for the groups (on each group where the rule can be
 # checked on the group alone, else over the groups: `groups.group_variants`); then the fleet's own group rules.

@@ -42,6 +42,7 @@ from ..runtime.writer import Writer
 from ..settings import OperatorSettings
 from ..topology import topology
 from .fleet_split import group_fleet_state, shapes, split_capacity, unit_bounds
+from .pd_pass import pd_pass, pd_scale_event
 from .policy import decide
 from .signals import Decision, FleetState, Samples, envelope_from_state, history_from_state, history_to_state
 
@@ -125,7 +126,7 @@ def autoscale_once(
     pods: list[dict[str, Any]] | None = None,
 ) -> AutoscalePass:
     """One pass. `body` and `pods`: the CR and its pods from the operator's watch caches (the daemon passes them);
-    read from the API when not given."""
+    read from the API when not given. A disaggregated fleet is decided per role (`pd_pass`), and written alike."""
     if body is None:
         custom = client.CustomObjectsApi(api)
         body = dict(custom.get_namespaced_custom_object(
@@ -134,13 +135,60 @@ def autoscale_once(
     if spec is None or not spec.autoscaling.enabled:
         return AutoscalePass(None, False)
     now = now or datetime.now(UTC)
-    shape = topology(spec)
     core = client.CoreV1Api(api)
+    if spec.disaggregation is not None:
+        outcome = _disaggregated(core, settings, namespace, name, spec, body, now)
+    else:
+        outcome = _colocated(core, settings, namespace, name, spec, body, pods, now)
+    return _write(api, namespace, name, body, outcome, now)
+
+
+@dataclass(frozen=True)
+class _Outcome:
+    decision: Decision
+    status: dict[str, Any]
+    """`status.autoscaler` to write."""
+    error: str | None
+    event: tuple[str, str] | None
+    """The event of a changed decision, if it changed."""
+
+
+def _disaggregated(
+    core: client.CoreV1Api,
+    settings: OperatorSettings,
+    namespace: str,
+    name: str,
+    spec: SGLangDeploymentSpec,
+    body: dict[str, Any],
+    now: datetime,
+) -> _Outcome:
+    """A prefill/decode fleet's decision: one per role, split across each role's groups (`pd_pass`)."""
+    previous_status = body.get("status") or {}
+    decided = pd_pass(core, settings, namespace, name, spec, previous_status, now)
+    decision, new = decided.decision, decided.status
+    limits = {"maxReplicas": sum(g.max_replicas for g in worker_groups(spec))}
+    metrics.autoscaler_decided(namespace, name, decision.replicas, decision.mode, None, limits)
+    event = pd_scale_event(previous_status.get("autoscaler") or {}, new, spec.autoscaling.recommend_only)
+    return _Outcome(decision, new, decided.error, event)
+
+
+def _colocated(
+    core: client.CoreV1Api,
+    settings: OperatorSettings,
+    namespace: str,
+    name: str,
+    spec: SGLangDeploymentSpec,
+    body: dict[str, Any],
+    pods: list[dict[str, Any]] | None,
+    now: datetime,
+) -> _Outcome:
+    """A colocated fleet's decision: one count for the fleet, split across its worker groups when it has any."""
+    shape = topology(spec)
     uid = body["metadata"]["uid"]
     if pods is None:
         selector = f"{LABEL_DEPLOYMENT}={name}"
         listed = core.list_namespaced_pod(namespace, label_selector=selector, _request_timeout=API_TIMEOUT).items
-        pods = [dict(api.sanitize_for_serialization(pod)) for pod in listed]
+        pods = [dict(core.api_client.sanitize_for_serialization(pod)) for pod in listed]
     pods = [
         pod for pod in pods
         if ((pod.get("metadata") or {}).get("labels") or {}).get(LABEL_COMPONENT) == COMPONENT_WORKER
@@ -169,25 +217,42 @@ def autoscale_once(
     if group_shapes:
         split = split_capacity(decision.replicas * group_shapes[0].concurrency, group_shapes, spec.autoscaling.max_gpus)
         new["groups"] = split.replicas
+    event = None
+    if decision.replicas != previous.get("desiredReplicas"):
+        event = scale_event(previous.get("desiredReplicas"), decision, current.desired, recommend_only)
+    return _Outcome(decision, new, error, event)
+
+
+def _write(
+    api: client.ApiClient, namespace: str, name: str, body: dict[str, Any], outcome: _Outcome, now: datetime
+) -> AutoscalePass:
+    """Write `status.autoscaler`, `qps` and `MetricsAvailable` when any changed, then the event of a changed
+    decision."""
+    decision, new = outcome.decision, outcome.status
+    previous_status = body.get("status") or {}
     generation = int(body["metadata"].get("generation") or 0)
     available = condition(
         "MetricsAvailable",
         decision.metrics_available,
         "MetricsFresh" if decision.metrics_available else "MetricsUnavailable",
-        "signals read from Prometheus" if decision.metrics_available else (error or decision.reason),
+        "signals read from Prometheus" if decision.metrics_available else (outcome.error or decision.reason),
         generation,
         now.strftime("%Y-%m-%dT%H:%M:%SZ"),
     )
     conditions = merge_conditions(list(previous_status.get("conditions") or []), [available])
     qps = new["observed"].get("qps")
-    if new == previous and conditions == previous_status.get("conditions") and qps == previous_status.get("qps"):
+    if (
+        new == previous_status.get("autoscaler")
+        and conditions == previous_status.get("conditions")
+        and qps == previous_status.get("qps")
+    ):
         return AutoscalePass(decision, False)
     writer = Writer(api)
     status = {"autoscaler": new, "conditions": conditions, "qps": qps}
     if not writer.patch_status(namespace, name, status, body["metadata"]["resourceVersion"]):
         return AutoscalePass(decision, False)  # the reconciler wrote status in between: decide again next interval
-    if decision.replicas != previous.get("desiredReplicas"):
-        writer.event(body, *scale_event(previous.get("desiredReplicas"), decision, current.desired, recommend_only))
+    if outcome.event is not None:
+        writer.event(body, *outcome.event)
     return AutoscalePass(decision, True)
 
 

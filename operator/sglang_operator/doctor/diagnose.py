@@ -15,7 +15,8 @@ from collections.abc import Mapping
 from datetime import UTC, datetime
 
 from ..api.diagnostics import DiagnosticsSpec, DiagnosticThresholds
-from .model import Candidate, Diagnosis, FleetFacts, PodFacts, ReplicaMetrics, ScaleUp
+from .model import Candidate, Diagnosis, FindingType, FleetFacts, PodFacts, ReplicaMetrics, ScaleUp
+from .pd_diagnose import UNKNOWN_WITHOUT_METRICS, pd_diagnoses
 
 LOAD_POLICIES = frozenset({"power_of_two", "least_load"})
 """Policies that route by the replicas' load: they should keep load even by themselves."""
@@ -26,21 +27,24 @@ PREFIX_POLICIES = frozenset({"cache_aware", "consistent_hashing", "prefix_hash"}
 def diagnose(
     metrics: ReplicaMetrics | None, facts: FleetFacts, spec: DiagnosticsSpec, why: str | None = None
 ) -> Diagnosis:
-    """Every diagnosis over one evaluation's observations. `metrics` None: Prometheus could not be read at all
-    (`why` says why)."""
+    """Every diagnosis over one evaluation's observations (a disaggregated fleet's too, `pd_diagnose`). `metrics`
+    None: Prometheus could not be read at all (`why` says why)."""
     th, window = spec.thresholds, spec.window_seconds
     if metrics is not None and metrics.errors:
         why = "; ".join(metrics.errors)
     why = why or "no Prometheus reading"
-    results = {
+    results: dict[FindingType, list[Candidate] | None] = {
         "LoadImbalance": load_imbalance(metrics, facts, th),
         "SlowReplica": slow_replicas(metrics, facts, th),
         "CacheHitSpread": cache_hit_spread(metrics, facts, th),
         "SlowStart": slow_starts(facts, th, window),
         "SlowScaleUp": slow_scale_up(facts, th, window),
+        **pd_diagnoses(metrics, facts, th),
     }
     candidates = tuple(c for found in results.values() if found is not None for c in found)
-    unknown = {kind: why for kind, found in results.items() if found is None}
+    unknown: dict[str, str] = {
+        kind: UNKNOWN_WITHOUT_METRICS.get(kind, why) for kind, found in results.items() if found is None
+    }
     return Diagnosis(candidates, unknown)
 
 
@@ -150,10 +154,12 @@ def _imbalance_action(facts: FleetFacts) -> str:
 
 
 def _unrouted(replicas: Mapping[str, PodFacts], facts: FleetFacts) -> list[Candidate]:
+    # A prefill whose bootstrap server does not answer is left unrouted on purpose: BootstrapUnreachable says why.
+    closed = {probe.pod for probe in facts.bootstrap or () if not probe.answered}
     found = []
     for name, pod in sorted(replicas.items()):
         url = facts.pod_urls.get(name)
-        if url is None:
+        if url is None or name in closed:
             continue
         missing = [r.router for r in facts.routers if r.workers is not None and url not in r.workers]
         unhealthy = [r.router for r in facts.routers if r.workers is not None and r.workers.get(url) is False]

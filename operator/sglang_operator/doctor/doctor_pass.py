@@ -7,6 +7,7 @@ touched), only when it changed; a healthy fleet that never had a finding is neve
 once per finding, when it appears, and a Normal one when it clears.
 """
 
+import dataclasses
 import logging
 import time
 from collections.abc import Callable, Mapping, Sequence
@@ -28,7 +29,8 @@ from ..settings import OperatorSettings
 from .diagnose import diagnose
 from .hysteresis import Evolution, evolve, is_empty
 from .model import FINDING_TYPES, Diagnosis, ReplicaMetrics
-from .observe import fleet_facts, read_metrics, read_routers, router_pods
+from .observe import fleet_facts, probe_bootstrap, read_metrics, read_routers, router_pods
+from .pd_observe import bootstrap_targets
 
 DEADLINE_SECONDS = 20.0
 """The whole evaluation's budget: every Prometheus query and router call shares it."""
@@ -81,13 +83,17 @@ def evaluate(
     if url is not None and credentials is not None:
         try:
             prometheus = connect(url, min(5.0, deadline_seconds), credentials)
-            metrics = read_metrics(prometheus, namespace, name, spec.diagnostics.window_seconds, deadline)
+            window = spec.diagnostics.window_seconds
+            metrics = read_metrics(prometheus, namespace, name, window, deadline, disaggregated=spec.disaggregated)
         except Exception as e:  # e.g. a malformed URL
             why = f"cannot use Prometheus at {url[:200]!r}: {type(e).__name__}"
     reader = read_secret or secret_reader(api)
     api_key, key_error = _router_api_key(spec, namespace, reader)
     routers = () if key_error else read_routers(router_pods(pods, name), spec.router.port, api_key, deadline)
     facts = fleet_facts(body, spec, pods, routers, now)
+    if spec.disaggregation is not None:
+        targets = bootstrap_targets(pods, facts, spec.disaggregation.bootstrap_port)
+        facts = dataclasses.replace(facts, bootstrap=probe_bootstrap(targets, deadline))
     return Evaluation(diagnose(metrics, facts, spec.diagnostics, why), metrics)
 
 

@@ -7,10 +7,21 @@ could not be read at all is None (unknown), which is not the same as an empty ma
 
 from collections.abc import Mapping
 from dataclasses import dataclass, field
-from typing import Literal
+from typing import get_args
 
-FindingType = Literal["LoadImbalance", "SlowReplica", "CacheHitSpread", "SlowStart", "SlowScaleUp"]
-FINDING_TYPES: tuple[FindingType, ...] = ("LoadImbalance", "SlowReplica", "CacheHitSpread", "SlowStart", "SlowScaleUp")
+from ..api.status import DiagnosticType
+
+FindingType = DiagnosticType
+"""One list of finding types: the CRD's enum of `status.diagnostics.findings[].type`."""
+FINDING_TYPES: tuple[FindingType, ...] = get_args(DiagnosticType)
+PD_FINDING_TYPES: tuple[FindingType, ...] = (
+    "BootstrapUnreachable",
+    "RendezvousFailures",
+    "RoleSkew",
+    "RoleUnavailable",
+    "HandoffStuck",
+)
+"""Only a disaggregated fleet has them (`pd_diagnose`)."""
 
 PerPod = Mapping[str, float]
 
@@ -32,8 +43,33 @@ class ReplicaMetrics:
     """Mean of `sglang:cache_hit_rate` (0..1)."""
     gpu_model: Mapping[str, str] | None = None
     """The GPU model of each pod (DCGM's `modelName` label)."""
+    # A disaggregated fleet's, read only there (`pd_observe.pd_promql`):
+    rendezvous_failures: Mapping[tuple[str, str, str], float] | None = None
+    """(router pod, leg, phase) -> how much smg's `smg_pd_rendezvous_failures_total` rose over the window."""
+    prealloc_queue: PerPod | None = None
+    """`sglang:num_decode_prealloc_queue_reqs` now."""
+    prealloc_growth: PerPod | None = None
+    """How much it changed over the window (`delta`)."""
+    prealloc_lowest: PerPod | None = None
+    """Its lowest reading in the window (a queue that never emptied)."""
+    running_mean: PerPod | None = None
+    """Mean `sglang:num_running_reqs` over the window."""
+    bootstrap_queue_mean: PerPod | None = None
+    """Mean of a prefill's bootstrap queue over the window (`num_prefill_bootstrap_queue_reqs`, before 0.5.12
+    `num_prefill_prealloc_queue_reqs`)."""
     errors: tuple[str, ...] = ()
     """Why signals are unknown, one line each."""
+
+
+@dataclass(frozen=True)
+class LaunchFacts:
+    """What a KV handoff depends on, as one pod was launched: its command's flags ("" where the command leaves
+    SGLang's default) and its image's SGLang version (the image itself where the tag names none)."""
+
+    page_size: str = ""
+    kv_cache_dtype: str = ""
+    transfer_backend: str = ""
+    version: str = ""
 
 
 @dataclass(frozen=True)
@@ -58,6 +94,9 @@ class PodFacts:
     """Neither draining, deleted nor warm: the router should send it requests."""
     group: str = ""
     """Its worker group (`sglang.ai/group`): replicas are compared only with replicas of the same shape."""
+    role: str = ""
+    """prefill or decode (its command's `--disaggregation-mode`, else its group's role); "" in a colocated fleet."""
+    launch: LaunchFacts = LaunchFacts()
 
 
 @dataclass(frozen=True)
@@ -75,6 +114,20 @@ class ScaleUp:
     time: float
     before: int
     after: int
+
+
+@dataclass(frozen=True)
+class BootstrapProbe:
+    """`GET /health` of one ready prefill replica's bootstrap server (on its rank-0 pod)."""
+
+    pod: str
+    url: str
+    why: str = ""
+    """Why it did not answer (refused, timed out, another status than 200); "" when it answered 200."""
+
+    @property
+    def answered(self) -> bool:
+        return not self.why
 
 
 @dataclass(frozen=True)
@@ -98,6 +151,14 @@ class FleetFacts:
     scale_ups: tuple[ScaleUp, ...] = ()
     """The autoscaler's scale-up decisions, oldest first (empty when it does not own the count)."""
     ready_replicas: int = 0
+    disaggregated: bool = False
+    """Prefill/decode (`spec.disaggregation`): the PD diagnoses run only then."""
+    bootstrap: tuple[BootstrapProbe, ...] | None = None
+    """Each ready prefill replica's bootstrap probe; None when not every one could be probed (unknown)."""
+    role_replicas: Mapping[str, int] = field(default_factory=dict)
+    """Role -> the replicas the spec asks of that role's groups together."""
+    launch: LaunchFacts = LaunchFacts()
+    """What the spec launches every pod with (what a leftover pod differs from)."""
 
 
 @dataclass(frozen=True)

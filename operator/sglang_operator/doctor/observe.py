@@ -1,13 +1,15 @@
 """What the doctor reads, and the pure parsing of it.
 
 I/O: per-replica PromQL over the window (the autoscaler's client, credentials and label names, see
-`prometheus.client`) and each router pod's worker list (`router.client`). Every call is bounded by what is left
-of one total deadline for the whole evaluation; a failed or malformed answer makes that signal unknown (None), never
-an exception out of the evaluation.
+`prometheus.client`; in a disaggregated fleet also the PD signals of `pd_observe.pd_promql`), each router pod's
+worker list (`router.client`) and, in a disaggregated fleet, each ready prefill's bootstrap server
+(`probe_bootstrap`). Every call is bounded by what is left of one total deadline for the whole evaluation; a failed
+or malformed answer makes that signal unknown (None), never an exception out of the evaluation.
 
 Pure: `pod_facts` and `fleet_facts` turn the pods' and the CR's JSON into the doctor's values.
 """
 
+import dataclasses
 import math
 import re
 import shlex
@@ -29,11 +31,17 @@ from ..api.spec import SGLangDeploymentSpec
 from ..observed import router_pod_of
 from ..prometheus.client import PrometheusClient, Queries, failure_reason, label_matchers
 from ..router.client import RouterClient, RouterError
+from ..runtime.httpcall import CallFailed, describe, request
 from .diagnose import scale_ups
-from .model import FleetFacts, PodFacts, ReplicaMetrics, RouterView
+from .model import BootstrapProbe, FleetFacts, PodFacts, ReplicaMetrics, RouterView
+from .pd_observe import group_roles, launch_facts, pd_promql, per_router, pod_role, role_replicas, spec_launch
 
 MIN_CALL_SECONDS = 0.5
 """A call is not started with less than this left of the deadline."""
+PROBE_SECONDS = 2.0
+"""One bootstrap probe's deadline (SGLang's bootstrap server answers `GET /health` at once)."""
+_PROBE_ANSWER_BYTES = 4096
+"""SGLang answers `OK`: a longer answer is not a bootstrap server's."""
 
 
 def promql(namespace: str, name: str, window: int, labels: Queries | None = None) -> dict[str, str]:
@@ -63,27 +71,38 @@ def promql(namespace: str, name: str, window: int, labels: Queries | None = None
 
 
 def read_metrics(
-    client: PrometheusClient, namespace: str, name: str, window: int, deadline: float, labels: Queries | None = None
+    client: PrometheusClient,
+    namespace: str,
+    name: str,
+    window: int,
+    deadline: float,
+    labels: Queries | None = None,
+    disaggregated: bool = False,
 ) -> ReplicaMetrics:
-    """Each per-replica signal over the window; a query that fails, times out or answers in another shape leaves
-    its field None and says why in `errors`. Stops querying once the deadline (monotonic seconds) has passed."""
+    """Each per-replica signal over the window (and the PD signals of a disaggregated fleet); a query that fails,
+    times out or answers in another shape leaves its field None and says why in `errors`. Stops querying once the
+    deadline (monotonic seconds) has passed."""
     pod_label = (labels or Queries()).pod_label
+    queries = promql(namespace, name, window, labels)
+    if disaggregated:
+        queries |= pd_promql(namespace, name, window, labels)
+    parsers = {"gpu_model": _labels, "rendezvous_failures": per_router}
     values: dict[str, Any] = {}
     errors: list[str] = []
-    for field, query in promql(namespace, name, window, labels).items():
+    for field, query in queries.items():
         left = deadline - time.monotonic()
         if left < MIN_CALL_SECONDS:
             errors.append(f"{field}: not read, the evaluation's deadline passed")
             continue
         try:
             result = client.custom_query(query, timeout=left)
-            values[field] = _labels(result, pod_label) if field == "gpu_model" else _per_pod(result, pod_label)
+            values[field] = parsers.get(field, _per_pod)(result, pod_label)
         except Exception as e:  # whatever the client or Prometheus does wrong is "unknown", never raised
             errors.append(f"{field}: {_why(e)}")
     return ReplicaMetrics(window_seconds=window, errors=tuple(errors), **values)
 
 
-def _per_pod(result: Any, pod_label: str) -> dict[str, float]:
+def _per_pod(result: Any, pod_label: str) -> Mapping[str, float]:
     if not isinstance(result, list):
         raise ValueError("not a vector")
     out: dict[str, float] = {}
@@ -95,7 +114,7 @@ def _per_pod(result: Any, pod_label: str) -> dict[str, float]:
     return out
 
 
-def _labels(result: Any, pod_label: str) -> dict[str, str]:
+def _labels(result: Any, pod_label: str) -> Mapping[str, str]:
     if not isinstance(result, list):
         raise ValueError("not a vector")
     out: dict[str, str] = {}
@@ -138,6 +157,24 @@ def read_routers(
     return tuple(views)
 
 
+def probe_bootstrap(targets: Sequence[tuple[str, str]], deadline: float) -> tuple[BootstrapProbe, ...] | None:
+    """`GET` each (pod, bootstrap health URL) once, each call under what is left of the deadline (at most
+    `PROBE_SECONDS`): a refused connection, a timeout or another status than 200 does not answer. None (unknown)
+    when the deadline ends before every target was probed."""
+    probes = []
+    for pod, url in targets:
+        left = deadline - time.monotonic()
+        if left < MIN_CALL_SECONDS:
+            return None
+        try:
+            answer = request("GET", url, deadline_seconds=min(left, PROBE_SECONDS), max_bytes=_PROBE_ANSWER_BYTES)
+            why = "" if answer.status == 200 else f"{describe('GET', url)}: HTTP {answer.status}"
+        except CallFailed as e:
+            why = str(e)
+        probes.append(BootstrapProbe(pod, url, why))
+    return tuple(probes)
+
+
 # -- pure parsing ----------------------------------------------------------------------------------------------------
 def _time(value: Any) -> float | None:
     if not isinstance(value, str):
@@ -178,6 +215,8 @@ def pod_facts(pod: Mapping[str, Any]) -> PodFacts:
     )
     restarts = main.get("restartCount")
     return PodFacts(
+        role=pod_role(pod),
+        launch=launch_facts(pod),
         name=str(meta.get("name", "")),
         replica=str(labels.get(LABEL_REPLICA, "")),
         group=str(labels.get(LABEL_WORKER_GROUP, "")),
@@ -254,6 +293,9 @@ def fleet_facts(
     status = body.get("status") or {}
     autoscaler = status.get("autoscaler") or {}
     owns = spec.autoscaling.enabled and not spec.autoscaling.recommend_only
+    if spec.disaggregated:  # a pod launched without a mode (an older spec's) takes its group's role
+        roles = group_roles(spec)
+        facts = tuple(f if f.role else dataclasses.replace(f, role=roles.get(f.group, "")) for f in facts)
     args = _split(spec.router.args)
     return FleetFacts(
         now=now,
@@ -268,6 +310,9 @@ def fleet_facts(
         pod_urls=urls,
         scale_ups=scale_ups(autoscaler.get("history"), not owns),
         ready_replicas=int(status.get("readyReplicas") or 0) if isinstance(status.get("readyReplicas"), int) else 0,
+        disaggregated=spec.disaggregated,
+        role_replicas=role_replicas(spec),
+        launch=spec_launch(spec),
     )
 
 

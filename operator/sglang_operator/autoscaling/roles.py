@@ -1,0 +1,378 @@
+"""The autoscaler of a prefill/decode fleet: one decision per role, from that role's own signals, each split across
+the role's groups as `fleet_split` splits a colocated fleet. Pure.
+
+A role decides in units of its first group's replica, within its groups' bounds summed (`unit_bounds`), with the
+colocated policy's tolerance, scale-up step, panic and scale-down window (`policy`), and its own memory:
+
+- **prefill**: uncached prompt tokens per second (prompt minus cached tokens, summed over the prefill servers) over
+  what one replica prefills per second: `targets.prefillTokensPerSecondPerGPU` x its GPUs, else measured, C x
+  uncached tokens per request / the time a request holds a prefill slot (the capacity rule in tokens: Q x T / C).
+  The stable rate carries `targets.headroom`, the busiest short-window rate `targets.burstHeadroom`. Raised by its
+  queue and its bootstrap queue beyond `targets.queuePerReplica` per ready replica: extra replicas that prefill
+  them within one start-up delay.
+- **decode**: running requests (the mean over the rate window with headroom, the busiest of the lookback with burst
+  headroom) over C, raised by KV-cache usage (ready x `sglang:token_usage` / `targets.decodeTokenUsage`), by the
+  mean inter-token latency above `targets.interTokenLatencySeconds` (ready x latency / target), and by its prealloc
+  and waiting queues beyond `targets.queuePerReplica` per ready replica (each holds a slot for the time a request
+  stays, running requests / finished requests per second, at most a start-up delay's worth).
+
+A role whose signals are missing or stale holds its count; the other still moves. Then the GPU split: each role's
+units become replicas per group (`split_capacity`; decode first within `maxGPUs`, prefill in what is left), and a
+prefill share of the GPUs outside `prefillGPUShare` is brought inside by growing the role below its share, or, where
+its bounds or the budget stop that, shrinking the other; the reason says so.
+"""
+
+import math
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass, replace
+
+from ..api.groups import WorkerGroup
+from ..api.spec import AutoscalingSpec, PrefillGPUShare, Role
+from ..capacity import ceil_replicas
+from ..prometheus.roles import ROLES, RoleSamples
+from ..topology import topology
+from .fleet_split import GroupShape, Split, shapes, split_capacity, unit_bounds
+from .policy import _clamp, _stabilise, _tolerate, prune_history
+from .signals import FleetState, Mode, Recommendation, usable
+
+HOLD = "hold"
+BOUNDS = "bounds"
+GPU_SHARE = "prefillGPUShare"
+
+
+@dataclass(frozen=True)
+class RoleFleet:
+    """One role of the fleet as the autoscaler sees it."""
+
+    role: Role
+    shapes: tuple[GroupShape, ...]
+    """The role's groups; `concurrency` is a replica's capacity in the role's measure (`role_shapes`)."""
+    current: FleetState
+    """The role in units of its first group's replica (`fleet_split.group_fleet_state`)."""
+    concurrency: int
+    """Requests one unit runs at once (C)."""
+    prefill_rate: float | None = None
+    """Prefill: uncached tokens one unit prefills per second, from the spec; None: measured."""
+
+
+@dataclass(frozen=True)
+class RoleDemand:
+    steady: float
+    """Units the role's load asks for."""
+    backlog: float
+    """Extra units for its queues (not remembered)."""
+    in_flight: int
+    """Units the running requests occupy now: a floor for scaling down."""
+    signal: str
+    """The signal that set `steady`."""
+    backlog_signal: str
+    why: str
+    parts: dict[str, float]
+
+
+@dataclass(frozen=True)
+class RoleDecision:
+    role: Role
+    units: int
+    """The role's size in units (its first group's replica)."""
+    recommendation: int
+    signal: str
+    """The signal that decided: one of the demand's, `hold`, `bounds` or `prefillGPUShare`."""
+    reason: str
+    mode: Mode
+    metrics_available: bool
+    observed: Mapping[str, float]
+    history: tuple[Recommendation, ...]
+
+
+@dataclass(frozen=True)
+class PdDecision:
+    roles: dict[Role, RoleDecision]
+    groups: dict[str, int]
+    """Replicas per group, both roles."""
+    replicas: dict[Role, int]
+    """Replicas per role (its groups' together)."""
+    prefill_share: float | None
+    """Prefill GPUs / all GPUs of the split (None: no GPUs)."""
+
+
+def role_shapes(groups: Sequence[WorkerGroup], spec: AutoscalingSpec) -> tuple[tuple[GroupShape, ...], float | None]:
+    """The groups' shapes in the role's measure, and a unit's prefill rate when the spec gives one. A prefill role
+    with `prefillTokensPerSecondPerGPU` measures capacity in GPUs (tokens/s scale with them); otherwise, as a
+    colocated fleet, in concurrent requests."""
+    per_gpu = spec.targets.prefill_tokens_per_second_per_gpu
+    if groups and groups[0].role == "prefill" and per_gpu is not None:
+        gpu_shapes = tuple(
+            GroupShape(g.name, max(1, topology(g.spec).gpus_per_replica), topology(g.spec).gpus_per_replica,
+                       g.min_replicas, g.max_replicas)
+            for g in groups
+        )  # fmt: skip
+        return gpu_shapes, float(per_gpu * gpu_shapes[0].concurrency)
+    return tuple(shapes(groups)), None
+
+
+def decide_pd(
+    fleets: Mapping[Role, RoleFleet],
+    samples: Mapping[Role, RoleSamples | None],
+    spec: AutoscalingSpec,
+    memory: Mapping[Role, Sequence[Recommendation]],
+    now: float,
+) -> PdDecision:
+    """Both roles' decisions, split into groups within the GPU budget and the prefill GPU share."""
+    decisions = {role: decide_role(fleets[role], samples.get(role), spec, memory.get(role, ()), now) for role in ROLES}
+    return keep_share(fleets, decisions, spec)
+
+
+def decide_role(
+    fleet: RoleFleet, samples: RoleSamples | None, spec: AutoscalingSpec, history: Sequence[Recommendation], now: float
+) -> RoleDecision:
+    """One role's units for the next interval (the colocated policy's steps over the role's demand)."""
+    current, bounds = fleet.current, unit_bounds(spec, fleet.shapes)
+    low, high = bounds.min_replicas, bounds.max_replicas
+    memory = prune_history(history, now, spec) or (Recommendation(now, current.desired),)
+    demand: RoleDemand | str | None = _problem(fleet.role, samples, spec, now)
+    if demand is None and samples is not None:
+        demand = (
+            prefill_demand(fleet, samples, spec) if fleet.role == "prefill" else decode_demand(fleet, samples, spec)
+        )
+    if not isinstance(demand, RoleDemand):
+        held = _clamp(current.desired, low, high)
+        why = f"holding {fleet.role} at {held}: {demand or 'no metrics'}"
+        return RoleDecision(
+            fleet.role, held, current.desired, HOLD, why, "hold", False, _observed(samples, now), memory
+        )
+    steady = _tolerate(demand.steady, current.desired, spec)
+    recommendation = max(steady, _tolerate(demand.steady + demand.backlog, current.desired, spec))
+    memory = prune_history((*memory, Recommendation(now, steady)), now, spec)
+    wanted = demand.steady + demand.backlog
+    panic = current.ready == 0 or wanted >= spec.panic_threshold * current.ready
+    mode: Mode = "panic" if panic and recommendation > current.desired else "normal"
+    window = spec.windows.scale_down_stabilization_seconds
+    target, how = _stabilise(current.desired, recommendation, memory, spec, now, mode, demand.in_flight, window)
+    if current.ready == 0 and target < current.desired:
+        target, how = current.desired, f"holding {current.desired} until the first replica is ready"
+    signal = demand.backlog_signal if recommendation > steady else demand.signal
+    units = _clamp(target, low, high)
+    if units != target:
+        how, signal = f"{how}, bounded to {units} (min {low}, max {high})", BOUNDS
+    observed = {**_observed(samples, now), **demand.parts}
+    return RoleDecision(fleet.role, units, recommendation, signal, f"{how}: {demand.why}", mode, True, observed, memory)
+
+
+def _problem(role: Role, samples: RoleSamples | None, spec: AutoscalingSpec, now: float) -> str | None:
+    """Why the role's reading cannot be trusted, or None."""
+    if samples is None:
+        return f"{role} metrics unavailable"
+    if samples.age_seconds is None:
+        return f"no scrape of the {role} servers"
+    age = samples.age_seconds + max(0.0, now - samples.collected_at)
+    if age > spec.windows.metrics_max_age_seconds:
+        return f"{role} metrics are {age:.0f}s old (max {spec.windows.metrics_max_age_seconds}s)"
+    return None
+
+
+def _fmt(value: float) -> str:
+    return f"{value:.3g}" if abs(value) < 1000 else f"{value:.0f}"
+
+
+def _number(value: float | None) -> float:
+    return max(0.0, value) if value is not None and usable(value) else 0.0
+
+
+def prefill_rate(fleet: RoleFleet, samples: RoleSamples) -> tuple[float | None, float | None]:
+    """(uncached tokens one unit prefills per second, uncached tokens per request): the spec's rate, else the
+    capacity rule in tokens, C x tokens per request / the time a request holds a prefill slot. None: unknown."""
+    tokens, requests, slot = _number(samples.uncached_tokens), _number(samples.requests), _number(samples.slot_seconds)
+    per_request = tokens / requests if requests > 0 and tokens > 0 else None
+    if fleet.prefill_rate is not None:
+        return fleet.prefill_rate, per_request
+    if per_request is None or slot <= 0:
+        return None, per_request
+    return fleet.concurrency * per_request / slot, per_request
+
+
+def prefill_demand(fleet: RoleFleet, samples: RoleSamples, spec: AutoscalingSpec) -> RoleDemand | str:
+    """Units the prefill role needs: uncached tokens per second over a unit's rate, plus its queues."""
+    targets, current = spec.targets, fleet.current
+    tokens = _number(samples.uncached_tokens)
+    peak = max(tokens, _number(samples.uncached_tokens_peak))
+    rate, per_request = prefill_rate(fleet, samples)
+    queued, bootstrap = _number(samples.queued), _number(samples.bootstrap_queued)
+    running = _number(samples.running)
+    parts = {"uncachedTokensPerSecond": tokens}
+    steady, why = 0.0, f"{_fmt(tokens)} uncached tokens/s"
+    if rate is None and tokens > 0:
+        return "no prefill rate: no slot time from the prefill servers (set targets.prefillTokensPerSecondPerGPU)"
+    if rate is not None:
+        load = max(tokens * (1.0 + targets.headroom), peak * (1.0 + targets.burst_headroom))
+        steady = load / rate
+        basis = why if load == tokens * (1.0 + targets.headroom) else f"{_fmt(peak)} uncached tokens/s peak"
+        why = f"{basis} / {_fmt(rate)} tokens/s per replica = {steady:.2f}"
+        parts["prefillTokensPerSecondPerReplica"] = rate
+    if max(tokens, running, queued, bootstrap) > 0 and steady < 1.0:
+        steady, why = 1.0, f"{why}, 1 while requests run"
+    excess = max(0.0, queued + bootstrap - targets.queue_per_replica * current.ready)
+    if rate is not None and per_request is not None:
+        backlog = excess * per_request / (rate * max(1.0, float(spec.startup_seconds)))
+    else:
+        backlog = excess / fleet.concurrency
+    if backlog > 0:
+        why += f" + {queued:.0f} queued, {bootstrap:.0f} in bootstrap ({backlog:.2f})"
+        parts["backlogReplicas"] = backlog
+    parts["demandReplicas"] = steady + backlog
+    backlog_signal = "bootstrapQueue" if bootstrap > queued else "queue"
+    in_flight = ceil_replicas(running / fleet.concurrency)
+    return RoleDemand(steady, backlog, in_flight, "uncachedTokens", backlog_signal, why, parts)
+
+
+def decode_demand(fleet: RoleFleet, samples: RoleSamples, spec: AutoscalingSpec) -> RoleDemand:
+    """Units the decode role needs: the largest of its concurrency, KV usage and latency terms, plus its queues."""
+    targets, current, c = spec.targets, fleet.current, fleet.concurrency
+    mean, running = _number(samples.running_mean), _number(samples.running)
+    peak = max(mean, _number(samples.running_peak))
+    queued, prealloc = _number(samples.queued), _number(samples.prealloc_queued)
+    terms = {"concurrency": max(mean * (1.0 + targets.headroom), peak * (1.0 + targets.burst_headroom)) / c}
+    why = {
+        "concurrency": f"{mean:.3g} running x {1 + targets.headroom:g} (peak {peak:.3g} x "
+        f"{1 + targets.burst_headroom:g}) / C {c} = {terms['concurrency']:.2f}"
+    }
+    usage = samples.token_usage
+    if usage is not None and usable(usage) and current.ready > 0:
+        terms["tokenUsage"] = current.ready * usage / targets.decode_token_usage
+        why["tokenUsage"] = f"KV usage {usage:.2f} vs target {targets.decode_token_usage:g} on {current.ready} ready"
+    latency, target = samples.inter_token_latency, targets.inter_token_latency_seconds
+    if target and latency is not None and usable(latency) and latency > target and current.ready > 0:
+        terms["interTokenLatency"] = current.ready * latency / target
+        why["interTokenLatency"] = f"inter-token latency {latency:.3g}s vs target {target:g}s on {current.ready} ready"
+    signal = max(terms, key=lambda name: terms[name])
+    steady = terms[signal]
+    text = why[signal]
+    if max(mean, running, queued, prealloc) > 0 and steady < 1.0:
+        steady, text = 1.0, f"{text}, 1 while requests run"
+    parts = {f"{name}Replicas": value for name, value in terms.items()}
+    excess = max(0.0, queued + prealloc - targets.queue_per_replica * current.ready)
+    requests = _number(samples.requests)
+    stay = mean / requests if requests > 0 and mean > 0 else None  # Little's law: seconds a request holds a slot
+    backlog = excess * (min(1.0, stay / max(1.0, float(spec.startup_seconds))) if stay else 1.0) / c
+    if backlog > 0:
+        text += f" + {prealloc:.0f} awaiting KV, {queued:.0f} queued ({backlog:.2f})"
+        parts["backlogReplicas"] = backlog
+    parts["demandReplicas"] = steady + backlog
+    backlog_signal = "preallocQueue" if prealloc >= queued else "queue"
+    return RoleDemand(steady, backlog, ceil_replicas(running / c), signal, backlog_signal, text, parts)
+
+
+def _observed(samples: RoleSamples | None, now: float) -> dict[str, float]:
+    if samples is None:
+        return {}
+    fields = {
+        "uncachedTokensPerSecond": samples.uncached_tokens,
+        "uncachedTokensPerSecondPeak": samples.uncached_tokens_peak,
+        "requestsPerSecond": samples.requests,
+        "slotSeconds": samples.slot_seconds,
+        "running": samples.running,
+        "runningMean": samples.running_mean,
+        "runningPeak": samples.running_peak,
+        "queued": samples.queued,
+        "bootstrapQueued": samples.bootstrap_queued,
+        "preallocQueued": samples.prealloc_queued,
+        "tokenUsage": samples.token_usage,
+        "interTokenLatencySeconds": samples.inter_token_latency,
+    }
+    out = {key: float(value) for key, value in fields.items() if value is not None and math.isfinite(value)}
+    if samples.age_seconds is not None:
+        out["ageSeconds"] = samples.age_seconds + max(0.0, now - samples.collected_at)
+    return out
+
+
+# -- the split, the GPU budget and the prefill share -----------------------------------------------------------------
+
+
+def split_roles(fleets: Mapping[Role, RoleFleet], units: Mapping[Role, int], max_gpus: int | None) -> dict[Role, Split]:
+    """Each role's units as replicas per group: decode first within the budget less prefill's minimum GPUs (its
+    running requests are the ones a shortfall would cut), prefill within what decode leaves."""
+    prefill, decode = fleets["prefill"], fleets["decode"]
+    prefill_floor = sum(g.gpus * g.min_replicas for g in prefill.shapes)
+    d = split_capacity(units["decode"] * decode.shapes[0].concurrency, decode.shapes,
+                       None if max_gpus is None else max_gpus - prefill_floor)  # fmt: skip
+    left = None if max_gpus is None else max_gpus - gpus(decode.shapes, d)
+    p = split_capacity(units["prefill"] * prefill.shapes[0].concurrency, prefill.shapes, left)
+    return {"prefill": p, "decode": d}
+
+
+def gpus(groups: Sequence[GroupShape], split: Split) -> int:
+    return sum(g.gpus * split.replicas.get(g.name, 0) for g in groups)
+
+
+def prefill_share(fleets: Mapping[Role, RoleFleet], splits: Mapping[Role, Split]) -> float | None:
+    p, d = (gpus(fleets[role].shapes, splits[role]) for role in ROLES)
+    return p / (p + d) if p + d > 0 else None
+
+
+def keep_share(
+    fleets: Mapping[Role, RoleFleet], decisions: dict[Role, RoleDecision], spec: AutoscalingSpec
+) -> PdDecision:
+    """Split both decisions; bring the prefill GPU share inside `prefillGPUShare` when it is outside."""
+    units = {role: d.units for role, d in decisions.items()}
+    splits = split_roles(fleets, units, spec.max_gpus)
+    share, limits = prefill_share(fleets, splits), spec.prefill_gpu_share
+    if limits is not None and share is not None and not limits.min <= share <= limits.max:
+        units = _into_share(fleets, units, spec, limits, share > limits.max)
+        splits = split_roles(fleets, units, spec.max_gpus)
+        after = prefill_share(fleets, splits)
+        side = f"above max {limits.max:g}" if share > limits.max else f"below min {limits.min:g}"
+        for role in ROLES:
+            if units[role] != decisions[role].units:
+                decision = decisions[role]
+                now_share = "" if after is None else f", now {after:.2f}"
+                reason = (
+                    f"prefill GPU share {share:.2f} {side}: {role} {decision.units} -> {units[role]} units"
+                    f"{now_share}; before the share: {decision.reason}"
+                )
+                decisions[role] = replace(decision, units=units[role], signal=GPU_SHARE, reason=reason)
+        share = after
+    groups = {name: count for role in ROLES for name, count in splits[role].replicas.items()}
+    replicas = {role: sum(splits[role].replicas.values()) for role in ROLES}
+    return PdDecision(decisions, groups, replicas, share)
+
+
+def _into_share(
+    fleets: Mapping[Role, RoleFleet],
+    units: dict[Role, int],
+    spec: AutoscalingSpec,
+    limits: PrefillGPUShare,
+    too_much_prefill: bool,
+) -> dict[Role, int]:
+    """Units inside the share: the role below its share grows, one unit at a time, until the share is inside, its
+    bounds or the budget stop it; then the other shrinks to its minimum at most."""
+    grow: Role = "decode" if too_much_prefill else "prefill"
+    shrink: Role = "prefill" if too_much_prefill else "decode"
+
+    def outside(trial: Mapping[Role, int]) -> bool:
+        share = prefill_share(fleets, split_roles(fleets, trial, spec.max_gpus))
+        return share is not None and (share > limits.max if too_much_prefill else share < limits.min)
+
+    units = _step_while(fleets, units, grow, +1, spec, outside)
+    return _step_while(fleets, units, shrink, -1, spec, outside)
+
+
+def _step_while(
+    fleets: Mapping[Role, RoleFleet],
+    units: dict[Role, int],
+    role: Role,
+    step: int,
+    spec: AutoscalingSpec,
+    outside: Callable[[Mapping[Role, int]], bool],
+) -> dict[Role, int]:
+    """Move `role` by `step` units, within its bounds, while the share is outside; a step that does not change the
+    role's replicas (the budget, or a larger group's replica still covering it) is taken only with the next."""
+    bounds = unit_bounds(spec, fleets[role].shapes)
+    trial = dict(units)
+    while outside(units):
+        trial = {**trial, role: trial[role] + step}
+        if not bounds.min_replicas <= trial[role] <= bounds.max_replicas:
+            break
+        before, after = (split_roles(fleets, u, spec.max_gpus)[role].replicas for u in (units, trial))
+        if before != after:
+            units = trial
+    return units
