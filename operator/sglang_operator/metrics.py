@@ -78,7 +78,8 @@ API_REQUESTS = Counter(
 DIAGNOSTIC_FINDINGS = Gauge(
     f"{_PREFIX}_diagnostic_findings",
     "Findings the fleet doctor reports per SGLangDeployment, by type (LoadImbalance, SlowReplica, CacheHitSpread, "
-    "SlowStart, SlowScaleUp).",
+    "SlowStart, SlowScaleUp; in a prefill/decode fleet BootstrapUnreachable, RendezvousFailures, RoleSkew, "
+    "RoleUnavailable, HandoffStuck).",
     ["namespace", "name", "type"],
     registry=REGISTRY,
 )
