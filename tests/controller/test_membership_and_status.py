@@ -86,3 +86,18 @@ def test_router_state_tells_listed_somewhere_from_listed_everywhere() -> None:
     assert state.registered_urls() == {a, b}
     assert state.listed_everywhere() == {a}
     assert RouterState().listed_everywhere() == set()
+
+
+def test_status_names_each_groups_role_and_the_fleets_shapes() -> None:
+    spec = SGLangDeploymentSpec.model_validate({"model": {"path": "m"}, "disaggregation": {}, "workerGroups": [
+        {"name": "p", "role": "prefill", "replicas": 1, "parallelism": {"tp": 2}},
+        {"name": "d", "role": "decode", "replicas": 1, "parallelism": {}}]})  # fmt: skip
+    router = RouterObservation(enabled=True, ready_pods=1, registered=2, synced=True)
+    replicas = group_replicas([pod_dict("a", 0, 0, True)])
+    groups = [GroupObservation(name=n, spec=spec, desired=1, revision="r1", replicas=replicas, role=role)
+              for n, role in (("p", "prefill"), ("d", "decode"))]  # fmt: skip
+    status = compute_status(name="d", namespace="ns", generation=1, spec=spec, groups=groups, router=router,
+                            failed_replicas=0, previous={}, now="t")  # fmt: skip
+    assert [(g["name"], g["role"]) for g in status["groups"]] == [("p", "prefill"), ("d", "decode")]
+    assert status["shape"] == "p (prefill): tp2, d (decode): tp1"
+    assert _status(replicas, {}, "t")["shape"] == "tp2"

@@ -41,6 +41,8 @@ class Recorded:
     authorization: str | None = None
     headers: dict[str, str] = field(default_factory=dict)
     """Every header line, by its name in lower case."""
+    query: str = ""
+    """What followed `?` in the request target."""
 
 
 @dataclass
@@ -70,9 +72,9 @@ class _Handler(socketserver.StreamRequestHandler):
                 length = int(value.strip())
             elif name.strip().lower() == "authorization":
                 authorization = value.strip()
-        method, path = request_line[0], request_line[1].split("?")[0]
+        method, (path, _, query) = request_line[0], request_line[1].partition("?")
         body = self.rfile.read(length) if length else b""
-        fake.requests.append(Recorded(method, path, body, authorization, headers))
+        fake.requests.append(Recorded(method, path, body, authorization, headers, query))
         reply = fake.reply(method, path)
         if reply.hang:
             fake.stopping.wait(30)

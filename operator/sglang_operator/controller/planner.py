@@ -100,11 +100,15 @@ def plan_replicas(
     now: float,
     off_router: frozenset[int] = frozenset(),
     unknown_loads: Mapping[int, str] | None = None,
+    busy_loads: Mapping[int, str] | None = None,
 ) -> Plan:
     """`loads`: in-flight requests per replica, only where known; `unknown_loads`: why a replica's load could not
-    be read (a draining replica without a known zero waits for its drain timeout); `deregistered`: replicas absent
-    from every router; `off_router`: replicas absent from at least one router."""
-    plan = _plan_unbounded(replicas, targets, loads, deregistered, now, off_router, unknown_loads or {})
+    be read (a draining replica without a known zero waits for its drain timeout); `busy_loads`: which numbers of a
+    prefill/decode replica's load are not zero (the timed-out drain's event names them); `deregistered`: replicas
+    absent from every router; `off_router`: replicas absent from at least one router."""
+    notes = {i: f"not empty: {numbers}" for i, numbers in (busy_loads or {}).items()}
+    notes |= {i: f"in-flight requests unknown: {why}" for i, why in (unknown_loads or {}).items()}
+    plan = _plan_unbounded(replicas, targets, loads, deregistered, now, off_router, notes)
     return _within_burst(plan, max(1, targets.burst))
 
 
@@ -124,14 +128,14 @@ def _plan_unbounded(
     deregistered: set[int],
     now: float,
     off_router: frozenset[int],
-    unknown_loads: Mapping[int, str],
+    load_notes: Mapping[int, str],
 ) -> Plan:
     """The plan before the burst bound, in the order its parts depend on each other: failed replicas go, finished
     drains go, then the serving ones are split by revision and role (active or warm) for the rollout or scale."""
     plan = Plan()
     indices = _free_indices(r.index for r in replicas)
     live = _replace_failed(replicas, plan)
-    _delete_finished_drains(live, targets, loads, deregistered, now, unknown_loads, plan)
+    _delete_finished_drains(live, targets, loads, deregistered, now, load_notes, plan)
     serving = [r for r in live if r.draining_since is None]
     current = [r for r in serving if r.revision == targets.revision]
     old = [r for r in serving if r.revision != targets.revision]
@@ -171,11 +175,12 @@ def _delete_finished_drains(
     loads: Mapping[int, int],
     deregistered: set[int],
     now: float,
-    unknown_loads: Mapping[int, str],
+    load_notes: Mapping[int, str],
     plan: Plan,
 ) -> None:
     """A draining replica is deleted once it is off every router with nothing in flight (and the settle time
-    passed), or when its drain timeout passed."""
+    passed), or when its drain timeout passed; `load_notes`: what the timed-out drain's event says of a replica's
+    load (unknown, or its numbers that are not zero)."""
     timeout = targets.strategy.drain_timeout_seconds
     for replica in live:
         since = replica.draining_since
@@ -188,8 +193,8 @@ def _delete_finished_drains(
         plan.delete.append(replica.index)
         plan.finished_drains[replica.index] = not drained
         how = "drained" if drained else f"drain timed out after {timeout}s"
-        if not drained and replica.index in unknown_loads:
-            how += f" (in-flight requests unknown: {unknown_loads[replica.index]})"
+        if not drained and replica.index in load_notes:
+            how += f" ({load_notes[replica.index]})"
         plan.events.append(Event("Drained", f"replica {replica.index} {how}; deleting it"))
 
 

@@ -3,7 +3,8 @@
     parse + policy -> children -> observe -> decide -> sync routers -> apply replicas -> report
 
 `children` observes, decides and writes the shared children (Services, the router Deployment, ...); `observe` reads
-the worker pods, the scale targets, the loads the plan needs and the routers' lists; `decide` (pure, `steps.py`)
+the worker pods, the scale targets, the loads the plan needs, the routers' lists and (prefill/decode) whether new
+prefills' bootstrap servers answer; `decide` (pure, `steps.py`)
 plans each group and says who is routed and who is in the InferencePool; `sync routers` makes every router list
 the routed workers; `apply replicas` carries out the plans (only the drains every router confirmed); `report`
 writes status, the scale targets' status and events. Each step returns a frozen value the next ones read.
@@ -23,7 +24,7 @@ import logging
 import time
 from collections.abc import Iterator
 from contextlib import contextmanager
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from datetime import UTC, datetime
 from typing import Any
 
@@ -44,6 +45,7 @@ from ..runtime.writer import ChildRef, KindUnavailable, Outcome, Writer, possibl
 from ..secretref import secret_key_text, unusable_credential
 from ..settings import OperatorSettings
 from .apierrors import describe_causes
+from .bootstrap import prefill_ports, probe_bootstrap, to_probe
 from .fleet import GroupPass, group_passes
 from .inferencepool import membership_changes, membership_labels
 from .loads import fetch_in_flight
@@ -286,8 +288,9 @@ class Reconciler:
 
     # -- step: observe -----------------------------------------------------------------------------------------
     def _observe(self, ctx: PassContext) -> Seen:
-        """The worker pods by group with what each group should run, the loads the plans need, the routers'
-        lists."""
+        """The worker pods by group with what each group should run, the loads the plans need (a prefill or decode
+        replica's with its KV-handoff queues), the routers' lists, and in a prefill/decode fleet the bootstrap
+        servers of the prefill replicas no router lists yet."""
         spec = ctx.spec
         with _step("reading worker pods"):
             pods = [pod for pod in _component(ctx.pods, COMPONENT_WORKER) if owned_by(pod, ctx.owner.uid)]
@@ -299,7 +302,9 @@ class Reconciler:
             needs_key = any(needs_loads.values()) or spec.router.enabled  # the routers get it with registrations
             worker_ref = spec.engine.api_key_secret_ref if needs_key else None
             worker_key = self._secret_text(worker_ref, ctx.namespace, "spec.engine.apiKeySecretRef", ctx.name)
-            loads = {g.name: fetch_in_flight(needs_loads[g.name], api_key=worker_key) for g in groups}
+            # A prefill/decode fleet's every group (a retired one too) holds KV handoffs that only `disagg` shows.
+            loads = {g.name: fetch_in_flight(needs_loads[g.name], api_key=worker_key, disagg=spec.disaggregated)
+                     for g in groups}  # fmt: skip
         routers = None
         if spec.router.enabled:
             with _step("reading router pods"):
@@ -309,7 +314,13 @@ class Reconciler:
                 )
             with _step("reading router worker lists"):
                 routers = observe_routers(router_pods, api_key, worker_api_key=worker_key)
-        return Seen(groups=groups, loads=loads, routers=routers, verdicts=verdicts)
+        seen = Seen(groups=groups, loads=loads, routers=routers, verdicts=verdicts)
+        if spec.disaggregation is None or routers is None:
+            return seen
+        with _step("reading prefill bootstrap servers"):
+            ports = prefill_ports(groups, ctx.pods_by_name, spec.disaggregation.bootstrap_port)
+            answered = probe_bootstrap(to_probe(groups, ports, seen.still_listed), ports)
+        return replace(seen, bootstrap_ports=ports, bootstrapped=answered)
 
     def _secret_text(self, ref: SecretKeyRef | None, namespace: str, field: str, cr: str = "") -> str | None:
         """A key of a Secret of the CR's namespace that the CR names at `field` (the router's or the workers' API
@@ -342,7 +353,7 @@ class Reconciler:
             idle = RouterObservation(enabled=False, ready_pods=0, registered=0, synced=True)
             return RouterSync(idle, changed=False, drains=drains_now(seen, decided, set()))
         with _step("syncing router membership"):
-            synced = sync_routers(seen.routers, decided.routed)
+            synced = sync_routers(seen.routers, decided.routed, disaggregated=ctx.spec.disaggregated)
         for failure in synced.failures:
             log.warning("%s/%s: %s", ctx.namespace, ctx.name, failure)
         # A replica a router still lists is not drained yet: the next pass decides again (and, preferring removals
@@ -410,7 +421,9 @@ class Reconciler:
 
     def _create_replicas(self, ctx: PassContext, group: GroupPass, plan: Plan) -> None:
         for index, is_warm in [(i, False) for i in plan.create_active] + [(i, True) for i in plan.create_warm]:
-            for pod in replica_pods(group.group.spec, ctx.owner, group.revision, index, group.name):
+            pods = replica_pods(group.group.spec, ctx.owner, group.revision, index, group.name, group.group.pd,
+                                self.settings.pod_policy.rdma_resource)  # fmt: skip
+            for pod in pods:
                 if is_warm:
                     pod["metadata"]["annotations"][ANNOTATION_WARM] = "true"
                 self.writer.create_pod(pod)

@@ -1,16 +1,25 @@
 """Router membership I/O: read every ready router pod's worker list, then add and remove workers to match.
 
 Each router pod keeps its own list, so each is read and corrected on its own; a restarted router pod comes back
-empty and is refilled on the next pass.
+empty and is refilled on the next pass. An entry of the wrong type or bootstrap port (a prefill/decode fleet) is
+removed and, once the router applied that, registered again as it should be (`membership.plan_membership`).
 """
 
 import time
+from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
 from .. import metrics
 from ..router.client import DEFAULT_TIMEOUT_SECONDS, RouterClient, RouterError, RouterWorker
-from ..router.membership import plan_membership
+from ..router.membership import (
+    DesiredWorker,
+    MembershipPlan,
+    desired_workers,
+    missing_roles,
+    plan_membership,
+    registered,
+)
 from .status import RouterObservation
 
 
@@ -56,25 +65,47 @@ def _routable(workers: list[RouterWorker]) -> list[RouterWorker]:
     return [worker for worker in workers if worker.status != "draining"]
 
 
-def _still_routable(routers: dict[str, RouterClient], removed: dict[str, tuple[RouterWorker, ...]]) -> set[str]:
+@dataclass
+class _Removals:
+    """What one router was sent DELETEs for on this pass, while the pass waits for the router to apply them."""
+
+    removed: tuple[RouterWorker, ...]
+    replacing: set[str] = field(default_factory=set)
+    """URLs to register again (with the right type or port) once no entry of theirs is listed, in any status: smg
+    answers 409 to a URL it still lists."""
+
+    def update(self, listed: list[RouterWorker]) -> None:
+        """Keep only what `listed` still shows: the removed entries it routes, the URLs it still lists."""
+        routable = {w.id for w in _routable(listed)}
+        self.removed = tuple(w for w in self.removed if w.id in routable)
+        self.replacing &= {w.url for w in listed}
+
+    @property
+    def done(self) -> bool:
+        return not self.removed and not self.replacing
+
+
+def _await_removals(routers: dict[str, RouterClient], pending: dict[str, _Removals]) -> set[str]:
     """smg queues removals (202) and applies them within about a second (longer when busy). Waiting here means a
-    replica is only marked draining once no router can still pick it; URLs still routable at the deadline are
-    returned so the caller leaves them for the next pass."""
+    replica is only marked draining once no router can still pick it, and a wrong entry is registered again only once
+    it is gone. `pending` is narrowed in place to what is still listed at the deadline; returns the URLs a router
+    still routes then, which the caller leaves for the next pass."""
     deadline = time.monotonic() + REMOVAL_CONFIRM_SECONDS
-    pending = {base: {w.id for w in workers} for base, workers in removed.items()}
-    while True:
-        for base in list(pending):
+    waiting = {base for base, removals in pending.items() if not removals.done}
+    while waiting:
+        for base in sorted(waiting):
             # Each read ends by the loop's deadline too (a slow router cannot stretch the wait call by call).
             routers[base].timeout = max(0.1, min(DEFAULT_TIMEOUT_SECONDS, deadline - time.monotonic()))
             try:
-                pending[base] &= {w.id for w in _routable(routers[base].list_workers())}
+                pending[base].update(routers[base].list_workers())
             except RouterError:
-                pending[base] = set()  # an unreachable router routes nothing
-            if not pending[base]:
-                del pending[base]
-        if not pending or time.monotonic() >= deadline:
-            return {w.url for base, ids in pending.items() for w in removed[base] if w.id in ids}
+                pending[base].update([])  # an unreachable router routes nothing (its registrations fail below)
+            if pending[base].done:
+                waiting.discard(base)
+        if not waiting or time.monotonic() >= deadline:
+            break
         time.sleep(0.1)
+    return {w.url for removals in pending.values() for w in removals.removed}
 
 
 def observe_routers(
@@ -102,47 +133,88 @@ class SyncResult:
     """Some router was sent an addition or removal: the observation shows the lists from before."""
 
 
-def sync_routers(state: RouterState, desired_urls: list[str]) -> SyncResult:
-    """Make every observed router list equal `desired_urls`."""
+def _register(router: RouterClient, urls: Iterable[str], wanted: dict[str, DesiredWorker], key: str | None) -> None:
+    for url in urls:
+        worker = wanted[url]
+        router.add_worker(url, key, worker.worker_type, worker.bootstrap_port)
+        metrics.count_router_operation("register", ok=True)
+
+
+def _send(router: RouterClient, plan: MembershipPlan, wanted: dict[str, DesiredWorker], key: str | None) -> None:
+    """One router's removals, then its additions (its re-registrations wait for the removals: `_await_removals`).
+    A RouterError is raised on, after its operation is counted as failed."""
+    operation = "deregister"
+    try:
+        for worker in plan.remove:
+            router.remove_worker(worker.id)
+            metrics.count_router_operation(operation, ok=True)
+        operation = "register"
+        _register(router, plan.add, wanted, key)
+    except RouterError:
+        metrics.count_router_operation(operation, ok=False)
+        raise
+
+
+def sync_routers(state: RouterState, desired: Sequence[str | DesiredWorker], disaggregated: bool = False) -> SyncResult:
+    """Make every observed router list equal `desired` (bare URLs: regular workers). In a prefill/decode fleet
+    (`disaggregated`) a router counts as synced only when it lists at least one prefill and one decode: smg answers
+    503 to every request until it does."""
     failures = list(state.errors)
-    unconfirmed: set[str] = set()
-    synced, changed = not state.errors, False
-    registered_counts = []
-    desired = set(desired_urls)
+    wanted = desired_workers(desired)
+    plans = {base: plan_membership(wanted.values(), workers) for base, workers in state.lists.items()}
     routers = {base: RouterClient(base, state.api_key) for base in state.lists}
-    removed: dict[str, tuple[RouterWorker, ...]] = {}
+    pending: dict[str, _Removals] = {}
+    unconfirmed: set[str] = set()
     try:
         # Every router gets its removals and additions first; confirmation waits once, for all of them together.
-        for base_url, workers in state.lists.items():
-            plan = plan_membership(desired, workers)
-            registered_counts.append(len({w.url for w in workers} & desired))
+        for base, plan in plans.items():
             if plan.empty:
                 continue
-            synced, changed = False, True
-            operation = "deregister"
             try:
-                for worker in plan.remove:
-                    routers[base_url].remove_worker(worker.id)
-                    metrics.count_router_operation(operation, ok=True)
-                if plan.remove:
-                    removed[base_url] = plan.remove
-                operation = "register"
-                for url in plan.add:
-                    routers[base_url].add_worker(url, state.worker_api_key)
-                    metrics.count_router_operation(operation, ok=True)
+                _send(routers[base], plan, wanted, state.worker_api_key)
             except RouterError as exc:
-                metrics.count_router_operation(operation, ok=False)
                 failures.append(str(exc))
-        if removed:
-            unconfirmed = _still_routable(routers, removed)
+                continue
+            if plan.remove:
+                pending[base] = _Removals(plan.remove, set(plan.replace))
+        if pending:
+            unconfirmed = _await_removals(routers, pending)
+        failures += _register_again(routers, plans, pending, wanted, state.worker_api_key)
     finally:
         for router in routers.values():
             router.close()
+    missing = _roles_missing(state.lists) if disaggregated else []
     observation = RouterObservation(
         enabled=True,
         ready_pods=len(state.lists),
-        registered=min(registered_counts) if registered_counts else 0,
-        synced=synced and bool(state.lists),
+        registered=min((registered(wanted, workers) for workers in state.lists.values()), default=0),
+        synced=not state.errors and bool(state.lists) and all(plan.empty for plan in plans.values()) and not missing,
         error="; ".join(failures) if failures else None,
+        note=f"not every router pod lists a {' and a '.join(missing)} worker yet" if missing else None,
     )
-    return SyncResult(observation, failures, unconfirmed, changed)
+    return SyncResult(observation, failures, unconfirmed, changed=any(not plan.empty for plan in plans.values()))
+
+
+def _roles_missing(lists: dict[str, list[RouterWorker]]) -> list[str]:
+    """The roles some router of a prefill/decode fleet lists no worker of. Pure."""
+    return sorted({role for workers in lists.values() for role in missing_roles(workers)})
+
+
+def _register_again(
+    routers: dict[str, RouterClient],
+    plans: dict[str, MembershipPlan],
+    pending: dict[str, _Removals],
+    wanted: dict[str, DesiredWorker],
+    key: str | None,
+) -> list[str]:
+    """Register each replaced URL again on the routers that no longer list it; the failures. A URL still listed at
+    the deadline waits for the next pass."""
+    failures = []
+    for base, removals in pending.items():
+        ready = sorted(set(plans[base].replace) - removals.replacing)
+        try:
+            _register(routers[base], ready, wanted, key)
+        except RouterError as exc:
+            metrics.count_router_operation("register", ok=False)
+            failures.append(str(exc))
+    return failures

@@ -10,6 +10,7 @@ from typing import Any
 
 from .. import names
 from ..api.constants import COMPONENT_WORKER, LABEL_COMPONENT, LABEL_DEPLOYMENT, LABEL_WORKER_GROUP
+from ..api.groups import fleet_shape
 from ..api.spec import SGLangDeploymentSpec
 from ..observed import ReplicaView
 from ..runtime.conditions import condition, merge_conditions
@@ -25,6 +26,9 @@ class RouterObservation:
     registered: int
     synced: bool
     error: str | None = None
+    note: str | None = None
+    """Why lists that match the routed workers do not count as synced (a prefill/decode router with one role
+    missing answers every request with 503)."""
 
 
 @dataclass(frozen=True)
@@ -61,6 +65,8 @@ class GroupObservation:
     """Sized by spec.replicas (what /scale reports)."""
     retired: bool = False
     """A group the spec no longer has (its replicas drain); counted in the fleet, not listed."""
+    role: str | None = None
+    """prefill or decode in a disaggregated fleet."""
 
 
 @dataclass(frozen=True)
@@ -138,6 +144,7 @@ def compute_status(
         condition("RouterSynced", router_ok, "Synced" if router_ok else "OutOfSync",
                   "router disabled" if not router.enabled else
                   f"{router.registered} workers registered on {router.ready_pods} router pods"
+                  + (f"; {router.note}" if router.note else "")
                   + (f"; {router.error}" if router.error else ""), generation, now),
     ]  # fmt: skip
     scaled = next((g for g in listed if g.elastic), None)
@@ -147,6 +154,7 @@ def compute_status(
         "readyReplicas": len(ready),
         "updatedReplicas": len(updated),
         "ready": f"{len(ready)}/{desired}",
+        "shape": fleet_shape(spec),
         "registeredWorkers": router.registered,
         "gpusPerReplica": topology((scaled or listed[0]).spec).gpus_per_replica,
         "totalGPUs": sum(c.gpus for c in counts.values()),
@@ -165,6 +173,7 @@ def compute_status(
 def _group_status(group: GroupObservation, counts: _Counts) -> dict[str, Any]:
     return {
         "name": group.name,
+        **({"role": group.role} if group.role else {}),
         "desiredReplicas": group.desired,
         "replicas": len(counts.serving),
         "readyReplicas": len(counts.ready),

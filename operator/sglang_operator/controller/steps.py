@@ -7,7 +7,7 @@ planned drains start after the routers' removals), `observations` (what status r
 """
 
 from collections.abc import Mapping
-from dataclasses import dataclass, replace
+from dataclasses import dataclass, field, replace
 from datetime import datetime
 from functools import cached_property
 from typing import Any
@@ -15,6 +15,7 @@ from typing import Any
 from ..api.spec import SGLangDeploymentSpec
 from ..observed import ReplicaView
 from ..render import Owner
+from ..router.membership import DesiredWorker
 from .fleet import GroupPass
 from .inferencepool import pool_members
 from .loads import Loads
@@ -76,6 +77,10 @@ class Seen:
     """Each ready router pod's list; None without a router."""
     verdicts: list[ScaleTargetVerdict]
     """Each scale target's verdict, for its status."""
+    bootstrap_ports: Mapping[str, int] = field(default_factory=dict)
+    """Prefill replica URL -> the port of its bootstrap server (a prefill/decode fleet)."""
+    bootstrapped: frozenset[str] = frozenset()
+    """Prefill replica URLs whose bootstrap server answered on this pass (only those no router lists are read)."""
 
     @cached_property
     def still_listed(self) -> set[str]:
@@ -93,10 +98,15 @@ class Decided:
     """The decide step's result: what each group should do and what the routers and the pool should hold."""
 
     plans: Mapping[str, Plan]
-    routed: list[str]
-    """URLs every router should list: ready, serving, not leaving (warm ones only once promoted)."""
+    routed: list[DesiredWorker]
+    """The workers every router should list: ready, serving, not leaving (warm ones only once promoted), each with
+    its group's role; a prefill only once its bootstrap server answered (or a router lists it already)."""
     members: set[str]
     """Rank-0 pods in the InferencePool: registered everywhere, not leaving."""
+
+    @cached_property
+    def routed_urls(self) -> set[str]:
+        return {worker.url for worker in self.routed}
 
 
 @dataclass(frozen=True)
@@ -115,24 +125,42 @@ def _absent(replicas: list[ReplicaView], listed: set[str]) -> frozenset[int]:
     return frozenset(r.index for r in replicas if r.url is None or r.url not in listed)
 
 
+def _routed_entry(group: GroupPass, replica: ReplicaView, seen: Seen) -> DesiredWorker | None:
+    """How a routed replica is registered: as a regular worker, a decode, or a prefill with its bootstrap port; a
+    prefill only once its bootstrap server answered, or while a router lists it already (a read that failed once
+    does not take a serving prefill off). None: not yet. Pure."""
+    url, role = replica.url, group.group.role
+    if url is None:
+        return None
+    if role is None:
+        return DesiredWorker(url)
+    if role == "decode":
+        return DesiredWorker(url, "decode")
+    if url not in seen.bootstrap_ports or (url not in seen.bootstrapped and url not in seen.still_listed):
+        return None
+    return DesiredWorker(url, "prefill", seen.bootstrap_ports[url])
+
+
 def decide(spec: SGLangDeploymentSpec, seen: Seen, now: float) -> Decided:
-    """Each group's plan from its replicas, loads and the routers' lists; the URLs to route and the pool's members
-    that follow from it. Pure."""
+    """Each group's plan from its replicas, loads and the routers' lists; the workers to route and the pool's
+    members that follow from it. Pure."""
     still_listed, everywhere = seen.still_listed, seen.everywhere
     plans: dict[str, Plan] = {}
-    routed: list[str] = []
+    routed: list[DesiredWorker] = []
     members: set[str] = set()
     for group in seen.groups:
         replicas, loads = group.replicas, seen.loads[group.name]
         plan = plan_replicas(replicas, group.targets(), loads.known, set(_absent(replicas, still_listed)), now,
-                             _absent(replicas, everywhere), unknown_loads=loads.unknown)  # fmt: skip
+                             _absent(replicas, everywhere), unknown_loads=loads.unknown,
+                             busy_loads=loads.busy)  # fmt: skip
         plans[group.name] = plan
         leaving = set(plan.drain) | set(plan.delete)
-        routed += [
-            r.url for r in replicas
+        candidates = [
+            r for r in replicas
             if r.url and r.ready and r.draining_since is None and r.index not in leaving
             and (not r.warm or r.index in plan.promote)
         ]  # fmt: skip
+        routed += [entry for r in candidates if (entry := _routed_entry(group, r, seen)) is not None]
         registered = everywhere if seen.routers is not None else None
         members |= pool_members(spec.inference_pool.enabled, replicas, leaving, registered)
     return Decided(plans, routed, members)
@@ -159,8 +187,8 @@ def observations(seen: Seen, decided: Decided) -> list[GroupObservation]:
     return [
         GroupObservation(
             name=group.name, spec=group.group.spec, desired=group.active, revision=group.revision,
-            replicas=group.replicas, elastic=group.group.elastic, retired=group.retired,
-            registered=sum(1 for r in group.replicas if r.url in everywhere and r.url in decided.routed),
+            replicas=group.replicas, elastic=group.group.elastic, retired=group.retired, role=group.group.role,
+            registered=sum(1 for r in group.replicas if r.url in everywhere and r.url in decided.routed_urls),
         )
         for group in seen.groups
     ]  # fmt: skip

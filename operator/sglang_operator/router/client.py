@@ -1,5 +1,9 @@
 """A thin client for the smg router's worker API (`GET/POST /workers`, `DELETE /workers/{id}`).
 
+A worker is registered with its type: `regular` in a colocated fleet, `prefill` (with the port of its bootstrap
+server) or `decode` in a prefill/decode one (shared/reference/pd.md: smg checks neither, and PATCH of either answers
+202 and changes nothing, so a wrong entry is removed and registered again: `membership.plan_membership`).
+
 Facts from shared/reference/smg-router.md: ids are UUIDs (a URL is not accepted as id, so removal goes through
 `GET /workers`), POST of a known URL answers 409, changes are queued (202) and visible within about a second.
 Only fetching and sending here; deciding what to add or remove is `membership.plan_membership`.
@@ -13,7 +17,7 @@ words.
 
 import json
 from dataclasses import dataclass
-from typing import Any, Final
+from typing import Any, Final, Literal
 from urllib.parse import quote
 
 from ..runtime.httpcall import CallFailed, Response, request
@@ -22,6 +26,12 @@ DEFAULT_TIMEOUT_SECONDS = 5.0
 MAX_WORKERS_LISTED = 10_000
 """More entries than any fleet registers: a longer list is not a worker list."""
 _MAX_FIELD_CHARS = 2048
+_MAX_TYPE_CHARS = 64
+
+WorkerType = Literal["regular", "prefill", "decode"]
+"""The types the operator registers (smg's `worker_type`). A list may show others (`encode`): no desired entry
+matches them, so they are removed."""
+REGULAR: Final = "regular"
 
 
 class RouterError(Exception):
@@ -34,10 +44,31 @@ class RouterWorker:
     url: str
     status: str
     healthy: bool
+    worker_type: str = REGULAR
+    bootstrap_port: int | None = None
+    """The prefill's bootstrap port smg hands decode servers (None: smg sends `"bootstrap_port": null`)."""
 
 
 WORKER_RUNTIME: Final = "sglang"
 """Every worker the operator registers is an SGLang server (smg's `runtime_type`)."""
+
+
+def _worker_type(item: dict[str, Any], position: int) -> str:
+    """An entry's `worker_type` (absent: `regular`, as older routers list every worker); ValueError if not a name."""
+    value = item.get("worker_type", REGULAR)
+    if not isinstance(value, str) or not value or len(value) > _MAX_TYPE_CHARS:
+        raise ValueError(f"entry {position} has no usable 'worker_type'")
+    return value
+
+
+def _bootstrap_port(item: dict[str, Any], position: int) -> int | None:
+    """An entry's `bootstrap_port`: absent or null is None, else a TCP port; ValueError otherwise."""
+    value = item.get("bootstrap_port")
+    if value is None:
+        return None
+    if isinstance(value, bool) or not isinstance(value, int) or not 0 < value < 65536:
+        raise ValueError(f"entry {position} has no usable 'bootstrap_port'")
+    return value
 
 
 def parse_workers(payload: Any) -> list[RouterWorker]:
@@ -65,6 +96,8 @@ def parse_workers(payload: Any) -> list[RouterWorker]:
                 url=url,
                 status=status if isinstance(status, str) else "",
                 healthy=item.get("is_healthy") is True,
+                worker_type=_worker_type(item, position),
+                bootstrap_port=_bootstrap_port(item, position),
             )
         )
     return workers
@@ -97,8 +130,17 @@ class RouterClient:
             )
             raise RouterError(f"GET {self.base_url}/workers: HTTP 200 with an unexpected answer ({why})") from exc
 
-    def add_worker(self, url: str, worker_api_key: str | None = None) -> None:
+    def add_worker(
+        self,
+        url: str,
+        worker_api_key: str | None = None,
+        worker_type: WorkerType = REGULAR,
+        bootstrap_port: int | None = None,
+    ) -> None:
         """Register `url`; with the workers' API key, which the router then sends to that worker.
+
+        `worker_type` and `bootstrap_port` are sent for a prefill/decode worker only (a regular worker's body is
+        what it always was): smg hands the prefill's port to the decode server it pairs it with.
 
         `drain_settle_secs: 0`: the operator drains a replica itself (off every router first, then until its
         `/v1/loads` show nothing in flight), so smg's own settle step (5 s, listing the removed worker as `draining`)
@@ -111,6 +153,10 @@ class RouterClient:
         body: dict[str, Any] = {"url": url, "runtime": WORKER_RUNTIME, "health": {"drain_settle_secs": 0}}
         if worker_api_key:
             body["api_key"] = worker_api_key
+        if worker_type != REGULAR:
+            body["worker_type"] = worker_type
+        if bootstrap_port is not None:
+            body["bootstrap_port"] = bootstrap_port
         response = self._call("POST", "/workers", json_body=body)
         if response.status not in (200, 201, 202, 409):  # 409: already there, which is what we want
             raise RouterError(f"POST {self.base_url}/workers {url}: HTTP {response.status}")
