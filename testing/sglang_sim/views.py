@@ -110,20 +110,22 @@ def load_entry(
 
     p = pd or PdRankLoad(dp_rank=r.dp_rank)
     used = r.num_used_tokens + p.held_tokens
-    d: dict[str, Any] = {"dp_rank": r.dp_rank, "timestamp": ts}
-    if want("core"):
-        d |= {
-            "num_running_reqs": r.num_running_reqs,
-            "num_waiting_reqs": r.num_waiting_reqs + p.waiting,
-            "num_used_tokens": used,
-            "num_total_tokens": r.num_total_tokens + p.held_tokens + p.pending_tokens,
-            "max_total_num_tokens": r.max_total_num_tokens,
-            "token_usage": used / r.max_total_num_tokens if r.max_total_num_tokens else 0.0,
-            "gen_throughput": r.gen_throughput,
-            "cache_hit_rate": r.cache_hit_rate,
-            "utilization": r.utilization,
-            "max_running_requests": r.max_running_requests,
-        }
+    # The core keys are in every answer, whatever `include` names (`LoadSnapshot.to_dict`: the sections are added
+    # to them; 0.5.9's scheduler computes them for every request too).
+    d: dict[str, Any] = {
+        "dp_rank": r.dp_rank,
+        "timestamp": ts,
+        "num_running_reqs": r.num_running_reqs,
+        "num_waiting_reqs": r.num_waiting_reqs + p.waiting,
+        "num_used_tokens": used,
+        "num_total_tokens": r.num_total_tokens + p.held_tokens + p.pending_tokens,
+        "max_total_num_tokens": r.max_total_num_tokens,
+        "token_usage": used / r.max_total_num_tokens if r.max_total_num_tokens else 0.0,
+        "gen_throughput": r.gen_throughput,
+        "cache_hit_rate": r.cache_hit_rate,
+        "utilization": r.utilization,
+        "max_running_requests": r.max_running_requests,
+    }
     if want("memory"):
         d["memory"] = memory(cap)
     if want("queues"):

@@ -507,6 +507,8 @@ def test_a_0_5_9_pair_in_two_processes(kit: Any, procs: Any) -> None:
             assert (pb["meta_info"]["completion_tokens"], db["meta_info"]["completion_tokens"]) == (1, 6)
             status, loads = await get(s, f"http://127.0.0.1:{prefill_port}/v1/loads?include=disagg")
             assert status == 200 and "prefill_prealloc_queue_reqs" in loads["loads"][0]["disaggregation"]
+            # The core keys come whatever `include` names (SGLang's `LoadSnapshot.to_dict`): a drain reads both.
+            assert {"num_running_reqs", "num_waiting_reqs"} <= loads["loads"][0].keys()
 
     run(body)
 
