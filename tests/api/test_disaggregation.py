@@ -12,6 +12,7 @@ import yaml
 
 from sglang_operator.api.disaggregation_rules import check_transition
 from sglang_operator.api.groups import PdRole, fleet_shape, worker_groups
+from sglang_operator.api.spec import SGLangDeploymentSpec
 from sglang_operator.api.validation import check_pod_policy, parse_spec
 from sglang_operator.settings import PodPolicy
 from tests.api.pd_cases import DECODE, PREFILL, pd
@@ -60,8 +61,24 @@ def test_switching_between_colocated_and_pd_is_refused_on_update() -> None:
     colocated, disaggregated = _spec({}), _spec(pd())
     assert [e.field for e in check_transition(colocated, disaggregated)] == ["spec.disaggregation"]
     assert [e.field for e in check_transition(disaggregated, colocated)] == ["spec.disaggregation"]
-    assert check_transition(disaggregated, _spec(pd({"pageSize": 32}))) == []
+    assert check_transition(disaggregated, _spec(pd(router={"decodePolicy": "least_load"}))) == []
     assert check_transition(colocated, _spec({"replicas": 3})) == []
+
+
+@pytest.mark.parametrize(
+    "changed",
+    [pd({"pageSize": 32}), pd({"kvCacheDtype": "fp8_e4m3"}), pd({"transferBackend": "nixl"}),
+     pd(engine={"version": "0.5.22"}), pd(engine={"image": "lmsysorg/sglang:v0.5.23-cu129"}),
+     {**pd(), "model": {"path": "org/other"}}, {**pd(), "model": {"path": "org/model", "revision": "v2"}}],
+)  # fmt: skip
+def test_a_pd_fleet_keeps_its_kv_contract_until_cut_overs_exist(changed: dict[str, Any]) -> None:
+    """A rollout of a KV-contract change would pair old prefills with new decodes (the page-size mismatch kills the
+    decode at the first transfer): refused on update, with the way out named."""
+    errors = check_transition(_spec(pd()), SGLangDeploymentSpec.model_validate({"model": {"path": "org/model"},
+                                                                                **changed}))  # fmt: skip
+    assert [e.field for e in errors] == ["spec.disaggregation"]
+    assert "create a new SGLangDeployment" in errors[0].message and "disaggregation.pageSize" in errors[0].message
+    assert check_transition(_spec(pd()), _spec(pd(workerGroups=[PREFILL, {**DECODE, "replicas": 5}]))) == []
 
 
 def test_kv_over_rdma_needs_the_admins_rdma_resource() -> None:
