@@ -13,6 +13,7 @@ from collections.abc import Iterable, Mapping
 from typing import Any
 
 from ..observed import ReplicaView
+from ..render.workers import BOOTSTRAP_PORT_NAME
 from ..runtime.httpcall import CallFailed, request
 from .fleet import GroupPass
 
@@ -22,8 +23,6 @@ BOOTSTRAP_BUDGET_SECONDS = 5.0
 again)."""
 _MAX_ANSWER_BYTES = 4096
 """SGLang answers `OK`; a longer answer is cut off, and a status of 200 is all that is read."""
-BOOTSTRAP_PORT_NAME = "bootstrap"
-"""The container port a prefill pod declares for its bootstrap server."""
 
 
 def bootstrap_port(pod: Mapping[str, Any] | None, default: int) -> int:
