@@ -81,7 +81,7 @@ def decide(
         memory = (Recommendation(now, current.desired),)
     problem = _metrics_problem(current, samples, spec, now)
     if problem is not None or samples is None:
-        held = _clamp(current.desired, low, high)
+        held = clamp_count(current.desired, low, high)
         return Decision(
             replicas=held,
             reason=f"holding {held} replicas: {problem or 'no metrics'}",
@@ -109,18 +109,18 @@ def decide(
     )
     if regime:
         demand = replace(demand, why=f"{regime}; {demand.why}")
-    steady = _tolerate(demand.steady, current.desired, rule)
-    recommendation = max(steady, _tolerate(demand.steady + demand.backlog, current.desired, rule))
+    steady = tolerate(demand.steady, current.desired, rule)
+    recommendation = max(steady, tolerate(demand.steady + demand.backlog, current.desired, rule))
     memory = prune_history((*memory, Recommendation(now, steady)), now, spec)
     panic = _panic(current, rates, rule)
     mode: Mode = "panic" if panic and recommendation > current.desired else "normal"
     down_window, quiet = _scale_down_window(current, rates, rule)
-    target, how = _stabilise(current.desired, recommendation, memory, rule, now, mode, demand.in_flight, down_window)
+    target, how = stabilise(current.desired, recommendation, memory, rule, now, mode, demand.in_flight, down_window)
     if quiet and target < current.desired:
         how += f" ({quiet}: {down_window}s window)"
     if current.ready == 0 and target < current.desired:
         target, how = current.desired, f"holding {current.desired} until the first replica is ready"
-    replicas = _clamp(target, low, high)
+    replicas = clamp_count(target, low, high)
     if replicas != target:
         how += f", bounded to {replicas} (min {low}, max {high})"
     warm = _warm(spec, replicas, budget)
@@ -175,7 +175,7 @@ def _bounds(spec: AutoscalingSpec, gpus_per_replica: int) -> tuple[int, int, int
     return min(spec.min_replicas, high), high, budget
 
 
-def _clamp(value: int, low: int, high: int) -> int:
+def clamp_count(value: int, low: int, high: int) -> int:
     return max(low, min(high, value))
 
 
@@ -185,7 +185,7 @@ def _warm(spec: AutoscalingSpec, serving: int, budget: int | None) -> int:
     return max(0, min(spec.warm_replicas, budget - serving))
 
 
-def _tolerate(exact: float, desired: int, spec: AutoscalingSpec) -> int:
+def tolerate(exact: float, desired: int, spec: AutoscalingSpec) -> int:
     """The count for `exact` fractional replicas: a non-zero count whose tolerance band holds the demand is kept
     (HPA); above the band, the smallest count whose band holds it; below the band, ceil(exact).
 
@@ -365,7 +365,7 @@ def _demand(
         why = f"{basis} x {slot:.3g}s slot / C {c} = {capacity:.2f}"
         parts["capacityReplicas"] = capacity
     steady = capacity
-    parts["concurrencyReplicas"] = running / c  # a floor for scale-down only (see `_stabilise`)
+    parts["concurrencyReplicas"] = running / c  # a floor for scale-down only (see `stabilise`)
     if targets.gpu_utilization and usable(samples.gpu_utilization) and current.ready > 0:
         gpu = current.ready * (samples.gpu_utilization or 0.0) / targets.gpu_utilization
         parts["gpuReplicas"] = gpu
@@ -444,7 +444,7 @@ def largest_rise(trend: Sequence[tuple[float, float]] | None, lookback: float) -
     return rise
 
 
-def _stabilise(
+def stabilise(
     desired: int,
     recommendation: int,
     memory: Sequence[Recommendation],

@@ -32,7 +32,7 @@ from ..capacity import ceil_replicas
 from ..prometheus.roles import ROLES, RoleSamples
 from ..topology import topology
 from .fleet_split import GroupShape, Split, shapes, split_capacity, unit_bounds
-from .policy import _clamp, _stabilise, _tolerate, prune_history
+from .policy import clamp_count, prune_history, stabilise, tolerate
 from .signals import FleetState, Mode, Recommendation, usable
 
 HOLD = "hold"
@@ -136,23 +136,23 @@ def decide_role(
             prefill_demand(fleet, samples, spec) if fleet.role == "prefill" else decode_demand(fleet, samples, spec)
         )
     if not isinstance(demand, RoleDemand):
-        held = _clamp(current.desired, low, high)
+        held = clamp_count(current.desired, low, high)
         why = f"holding {fleet.role} at {held}: {demand or 'no metrics'}"
         return RoleDecision(
             fleet.role, held, current.desired, HOLD, why, "hold", False, _observed(samples, now), memory
         )
-    steady = _tolerate(demand.steady, current.desired, spec)
-    recommendation = max(steady, _tolerate(demand.steady + demand.backlog, current.desired, spec))
+    steady = tolerate(demand.steady, current.desired, spec)
+    recommendation = max(steady, tolerate(demand.steady + demand.backlog, current.desired, spec))
     memory = prune_history((*memory, Recommendation(now, steady)), now, spec)
     wanted = demand.steady + demand.backlog
     panic = current.ready == 0 or wanted >= spec.panic_threshold * current.ready
     mode: Mode = "panic" if panic and recommendation > current.desired else "normal"
     window = spec.windows.scale_down_stabilization_seconds
-    target, how = _stabilise(current.desired, recommendation, memory, spec, now, mode, demand.in_flight, window)
+    target, how = stabilise(current.desired, recommendation, memory, spec, now, mode, demand.in_flight, window)
     if current.ready == 0 and target < current.desired:
         target, how = current.desired, f"holding {current.desired} until the first replica is ready"
     signal = demand.backlog_signal if recommendation > steady else demand.signal
-    units = _clamp(target, low, high)
+    units = clamp_count(target, low, high)
     if units != target:
         how, signal = f"{how}, bounded to {units} (min {low}, max {high})", BOUNDS
     observed = {**_observed(samples, now), **demand.parts}
