@@ -248,12 +248,22 @@ def _write(
     ):
         return AutoscalePass(decision, False)
     writer = Writer(api)
-    status = {"autoscaler": new, "conditions": conditions, "qps": qps}
+    status = {"autoscaler": with_removals(previous_status.get("autoscaler"), new), "conditions": conditions, "qps": qps}
     if not writer.patch_status(namespace, name, status, body["metadata"]["resourceVersion"]):
         return AutoscalePass(decision, False)  # the reconciler wrote status in between: decide again next interval
     if outcome.event is not None:
         writer.event(body, *outcome.event)
     return AutoscalePass(decision, True)
+
+
+def with_removals(previous: Any, new: Any) -> Any:
+    """`new` as a merge patch over `previous`: a key `previous` has and `new` lacks is sent as null, which deletes it
+    (RFC 7386); left out, the merge would keep it, e.g. a role's `observed.backlogReplicas` after its queue emptied,
+    and every later pass would see a difference to write."""
+    if not isinstance(previous, dict) or not isinstance(new, dict):
+        return new
+    patch = {key: with_removals(previous.get(key), value) for key, value in new.items()}
+    return {**patch, **{key: None for key in previous if key not in new}}
 
 
 def read_metrics(
