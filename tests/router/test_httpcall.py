@@ -104,7 +104,11 @@ def test_nothing_per_call_holds_a_thread(fake_http: Callable[..., FakeHTTP]) -> 
         caller.start()
     for caller in callers:
         caller.join(10)
-    assert set(threading.enumerate()) - before == set()  # no new thread (others' may have ended meanwhile)
+    # No new thread of the client's (others' may have ended meanwhile). The fake server's own per-connection handler
+    # threads are left out: one serves a pooled keep-alive connection until the client closes it, and may still be
+    # running when the calls have returned.
+    new = {t for t in set(threading.enumerate()) - before if "process_request_thread" not in t.name}
+    assert new == set()
     assert len(fake.requests) == 21
     assert [t.name for t in threading.enumerate()].count("http-calls") == 1
 
