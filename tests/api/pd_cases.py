@@ -41,6 +41,8 @@ PD_CASES: list[tuple[str, str, dict[str, Any], dict[str, Any]]] = [
          {**PREFILL, "parallelism": {"tp": 1}}, DECODE])),
     ("spec.disaggregation.bootstrapPort", "other than engine.port",
      pd({"bootstrapPort": 30000}), pd({"bootstrapPort": 9000})),
+    ("spec.disaggregation.ibDevice", "must not contain '$('",
+     pd({"ibDevice": "$(HF_TOKEN)"}), pd({"ibDevice": "mlx5_0,mlx5_1"})),
     ("spec.disaggregation.pageSize", "at most 4096",
      pd({"pageSize": 0}), pd({"pageSize": 64})),
     ("spec.disaggregation.kvCacheDtype", "is not accepted by the SGLang release",

@@ -170,6 +170,13 @@ TENANT_RULES: tuple[Rule, ...] = (
         lambda s: [s.model.served_name or ""],
     ),
     _expansion_rule(
+        "spec.disaggregation.ibDevice",
+        "the worker's command",
+        f"!has(self.disaggregation) || !has(self.disaggregation.ibDevice) || "
+        f"!self.disaggregation.ibDevice.contains('{EXPANSION}')",
+        lambda s: [s.disaggregation.ib_device or ""] if s.disaggregation is not None else [],
+    ),
+    _expansion_rule(
         "spec.model.revision",
         "the worker's command",
         f"!has(self.model.revision) || !self.model.revision.contains('{EXPANSION}')",
