@@ -1,13 +1,15 @@
 """The chart's ValidatingAdmissionPolicy refuses, at admission and with the operator's own message, what the
-operator's settings refuse at reconcile (issue 29): a `model.cache.hostPath` outside `podPolicy.allowedHostPaths`
-and an `autoscaling.prometheusURL` outside `allowedPrometheusURLs`.
+operator's settings refuse at reconcile (issue 29): a `model.cache.hostPath` outside `podPolicy.allowedHostPaths`,
+an `autoscaling.prometheusURL` outside `allowedPrometheusURLs`, and a prefill/decode fleet whose KV moves over RDMA
+where `podPolicy.rdmaResource` names no RDMA device.
 
 The chart is installed with helm (as in `test_helm_install.py`), paused (`replicas=0`: what is checked is
 admission, not the operator) and scoped to the test's namespace (`watchNamespaces`), so that a policy installed for
 a moment never refuses another test's CRs; a CR in another namespace is admitted, as it is no concern of this
-operator. With the chart's default (empty) lists both fields are refused whatever they hold; with the lists of
-`tests/hostile/cases_urls.py` the policy's CEL and `settings.py` agree on every URL and path of its tables. Requests
-are server-side dry runs: nothing is stored.
+operator. With the chart's default (empty) settings all three are refused whatever they hold; with the lists of
+`tests/hostile/cases_urls.py` the policy's CEL and `settings.py` agree on every URL and path of its tables, and on
+every transfer backend with the RDMA resource unset, malformed and set. Requests are server-side dry runs: nothing
+is stored.
 """
 
 from __future__ import annotations
@@ -24,17 +26,23 @@ from kubernetes import client
 from kubernetes.client.rest import ApiException
 
 from localcluster.cluster import ClusterInfo
-from localcluster.fleet import install_crd
+from localcluster.fleet import create_namespace, install_crd
 from localcluster.helm import CHART_DIR, ensure_helm
 from localcluster.procs import wait_for
 from sglang_operator.api.constants import API_VERSION, CRD_NAME, GROUP, KIND, PLURAL, VERSION
 from sglang_operator.api.validation import check_pod_policy, parse_spec
-from sglang_operator.settings import OperatorSettings, PodPolicy
+from sglang_operator.settings import OperatorSettings, PodPolicy, load_settings, operator_environment
+from tests.api.pd_cases import pd
 from tests.hostile.cases_urls import ALLOWED_HOST_PATHS, ALLOWED_URLS, HOST_PATHS, URLS
 
 POLICY_ACTIVE_TIMEOUT_S = 30.0
 HELM_TIMEOUT_S = 120.0
 URL_FIELD = "spec.autoscaling.prometheusURL"
+RDMA_RESOURCE = "rdma/rdma_shared_device_a"
+# podPolicy.rdmaResource: unset, not an extended resource name (the operator reads it as none), set
+RDMA_RESOURCES = ("", "rdma", RDMA_RESOURCE)
+# every transfer backend the CRD admits for a fleet (None: left to the CRD's default, mooncake)
+TRANSFER_BACKENDS = (None, "mooncake", "nixl", "mori", "mooncake_tcp", "ascend")
 
 
 def helm(cluster: ClusterInfo, home: Path, *args: str) -> None:
@@ -60,6 +68,11 @@ def _host_path(path: str) -> dict[str, Any]:
 
 def _url(url: str) -> dict[str, Any]:
     return {"autoscaling": {"prometheusURL": url}}
+
+
+def _pd(backend: str | None) -> dict[str, Any]:
+    """A small prefill/decode fleet (tests/api/pd_cases.py) whose KV moves over `backend`."""
+    return pd({} if backend is None else {"transferBackend": backend})
 
 
 def dry_run(custom: client.CustomObjectsApi, namespace: str, spec: dict[str, Any]) -> str | None:
@@ -94,13 +107,18 @@ def installed(
     cluster: ClusterInfo, api_client: client.ApiClient, core: client.CoreV1Api, tmp_path: Path
 ) -> Iterator[Any]:
     """install(namespace, *helm args): the chart, paused and scoped to `namespace`; uninstalled afterwards."""
-    # The policy reads two fields every version of the CRD has: an installed one (any checkout's) serves.
+    # The policy reads fields any CRD with spec.disaggregation has: an installed one (any checkout's) serves.
     try:
-        client.ApiextensionsV1Api(api_client).read_custom_resource_definition(CRD_NAME)
+        crd = client.ApiextensionsV1Api(api_client).read_custom_resource_definition(CRD_NAME)
     except ApiException as err:
         if err.status != 404:
             raise
         install_crd(api_client)
+    else:
+        if not all(
+            "disaggregation" in v.schema.open_apiv3_schema.properties["spec"].properties for v in crd.spec.versions
+        ):
+            install_crd(api_client)
     releases: list[tuple[str, str]] = []
 
     def install(watched: str, *args: str) -> None:
@@ -133,7 +151,7 @@ def _wait_active(custom: client.CustomObjectsApi, namespace: str, refused_spec: 
     )
 
 
-def test_default_settings_refuse_host_paths_and_prometheus_urls_at_admission(
+def test_default_settings_refuse_host_paths_prometheus_urls_and_rdma_at_admission(
     installed: Any, namespace: str, api_client: client.ApiClient, core: client.CoreV1Api
 ) -> None:
     custom = client.CustomObjectsApi(api_client)
@@ -143,7 +161,7 @@ def test_default_settings_refuse_host_paths_and_prometheus_urls_at_admission(
         installed(namespace)
         _wait_active(custom, namespace, _host_path("/models"))
         defaults = OperatorSettings()
-        for spec in (_host_path("/models/hf-cache"), _url("http://prometheus-operated.monitoring.svc:9090")):
+        for spec in (_host_path("/models/hf-cache"), _url("http://prometheus-operated.monitoring.svc:9090"), _pd(None)):
             message = dry_run(custom, namespace, spec)
             assert message is not None and operator_message(spec, defaults) in message, message
             assert dry_run(custom, elsewhere, spec) is None, "refused outside the watched namespaces"
@@ -175,3 +193,41 @@ def test_the_policy_and_the_operators_settings_agree_on_every_url_and_path(
         elif message is not None and parse_spec({"model": {"path": "m"}, **spec}, strict=True)[1] == []:
             assert operator_message(spec, settings) in message, message
     assert not disagree, "\n".join(disagree)
+
+
+def test_the_policy_and_the_operator_agree_on_rdma_backends(
+    installed: Any, namespace: str, api_client: client.ApiClient, core: client.CoreV1Api
+) -> None:
+    """One release per `podPolicy.rdmaResource`, each watching its own namespace; the operator judges with what
+    its `--rdma-resource` flag becomes (`load_settings`)."""
+    custom = client.CustomObjectsApi(api_client)
+    namespaces = [namespace]
+    for _ in RDMA_RESOURCES[1:]:
+        namespaces.append(f"e2e-vap-rdma-{uuid.uuid4().hex[:5]}")
+        create_namespace(core, namespaces[-1], {"e2e": "true"})
+    try:
+        for watched, resource in zip(namespaces, RDMA_RESOURCES, strict=True):
+            installed(watched, *(("--set", f"podPolicy.rdmaResource={resource}") if resource else ()))
+        for watched in namespaces:
+            _wait_active(custom, watched, _host_path("/models"))
+        refused: set[tuple[str, str | None]] = set()
+        disagree: list[str] = []
+        for watched, resource in zip(namespaces, RDMA_RESOURCES, strict=True):
+            policy = load_settings(operator_environment(rdma_resource=resource)).pod_policy
+            for backend in TRANSFER_BACKENDS:
+                spec = _pd(backend)
+                parsed, errors = parse_spec({"model": {"path": "m"}, **spec}, strict=True)
+                assert parsed is not None, errors
+                expected = check_pod_policy(parsed, policy)
+                message = dry_run(custom, watched, spec)
+                if (message is None) != (not expected):
+                    disagree.append(f"{backend} with {resource!r}: operator {expected}, API server: {message}")
+                elif expected:
+                    assert str(expected[0]) in message, message
+                    refused.add((resource, backend))
+        assert not disagree, "\n".join(disagree)
+        # the table is not vacuous: RDMA backends need the resource, TCP and Ascend's fabric do not
+        assert refused == {(r, b) for r in ("", "rdma") for b in (None, "mooncake", "nixl", "mori")}
+    finally:
+        for extra in namespaces[1:]:
+            core.delete_namespace(extra, propagation_policy="Background")

@@ -93,8 +93,8 @@ def test_a_version_alone_is_admitted_and_stored_without_an_image(api_client: cli
 
 
 def test_a_fleet_cannot_switch_between_colocated_and_pd(api_client: client.ApiClient, namespace: str) -> None:
-    """Issue 31: the `oldSelf` rules, on update only: the router's mode is fixed when it starts, and a PD fleet keeps
-    its KV contract (no cut-over yet); anything else may change."""
+    """Issue 31: the `oldSelf` rule, on update only: the router's mode is fixed when it starts; anything else may
+    change, the KV contract too (the operator cuts the fleet over whole)."""
     install_crd(api_client)
     api = client.CustomObjectsApi(api_client)
     crs = ("sglang.ai", "v1alpha1", namespace, "sglangdeployments")
@@ -111,9 +111,7 @@ def test_a_fleet_cannot_switch_between_colocated_and_pd(api_client: client.ApiCl
             api.patch_namespaced_custom_object(*crs, name, {"spec": patch})
         assert "spec.disaggregation" in str(refused.value.body)
         assert "cannot be added to or removed from an existing fleet" in str(refused.value.body)
-    with pytest.raises(ApiException) as refused:  # the KV contract: no cut-over yet (docs/pd.md)
-        api.patch_namespaced_custom_object(*crs, "disaggregated", {"spec": {"disaggregation": {"pageSize": 32}}})
-    assert "cannot change what a KV handoff depends on" in str(refused.value.body)
+    api.patch_namespaced_custom_object(*crs, "disaggregated", {"spec": {"disaggregation": {"pageSize": 32}}})
     api.patch_namespaced_custom_object(*crs, "disaggregated", {"spec": {"router": {"decodePolicy": "least_load"}}})
     for name in ("colocated", "disaggregated"):
         api.delete_namespaced_custom_object(*crs, name)

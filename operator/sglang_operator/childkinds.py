@@ -31,7 +31,7 @@ class ChildKind:
 
 CHILD_KINDS: tuple[ChildKind, ...] = (
     ChildKind("v1", "Service", "services", "sgld_services", (names.workers_service, names.router)),
-    ChildKind("apps/v1", "Deployment", "deployments", "sgld_deployments", (names.router,)),
+    ChildKind("apps/v1", "Deployment", "deployments", "sgld_deployments", (names.router, names.router_b)),
     ChildKind(
         "networking.k8s.io/v1", "NetworkPolicy", "networkpolicies", "sgld_networkpolicies", (names.network_policy,),
     ),

@@ -20,8 +20,19 @@ def workers_service(deployment: str) -> str:
 
 
 def router(deployment: str) -> str:
-    """The router's Deployment and Service share this name."""
+    """The router's Service, and its Deployment (the first of a prefill/decode fleet's two router slots)."""
     return f"{deployment}-router"
+
+
+def router_b(deployment: str) -> str:
+    """A prefill/decode fleet's second router slot: the next KV epoch's routers run here while the first slot's
+    serve (`controller/cutover.py`), and the other way round at the next cut-over."""
+    return f"{deployment}-router-b"
+
+
+def router_slots(deployment: str) -> tuple[str, str]:
+    """The names of the router Deployments a CR may own, the first one a colocated fleet's only one."""
+    return (router(deployment), router_b(deployment))
 
 
 def pod_monitor(deployment: str) -> str:

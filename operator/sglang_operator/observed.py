@@ -10,6 +10,7 @@ from .api.constants import (
     ANNOTATION_DRAINING,
     ANNOTATION_REPLICA_NODES,
     ANNOTATION_WARM,
+    LABEL_KV_EPOCH,
     LABEL_NODE_RANK,
     LABEL_REPLICA,
     LABEL_REVISION,
@@ -40,6 +41,9 @@ class ReplicaView:
     index: int
     revision: str
     pods: dict[int, PodView] = field(default_factory=dict)
+    epoch: str = ""
+    """A prefill/decode replica's KV epoch (`kvepoch.py`); "" in a colocated fleet, or on a pod made before epochs
+    existed (the reconciler reads that as the serving epoch: `controller/cutover.py`)."""
 
     @property
     def size(self) -> int:
@@ -95,7 +99,7 @@ class ReplicaView:
         return [self.pods[rank].name for rank in sorted(self.pods)]
 
 
-def _timestamp(value: object) -> float | None:
+def operator_stamp(value: object) -> float | None:
     """An RFC 3339 stamp the operator wrote; anything else (someone's edit) is ignored, as if absent."""
     if not isinstance(value, str) or not value or len(value) > 64:
         return None
@@ -130,15 +134,22 @@ def owned_by(obj: dict[str, Any], uid: str) -> bool:
 
 
 def router_pod_of(pod: Mapping[str, Any], deployment: str) -> bool:
-    """A pod of the CR's router Deployment: controlled by one of its ReplicaSets (named `<router>-<hash>`). Labels
-    alone would let any pod of the namespace receive the router's API key and membership calls, so every component
-    that sends the router a credential (the reconciler, the doctor) selects router pods with this, not by label."""
-    prefix = names.router(deployment) + "-"
+    """A pod of one of the CR's router Deployments: controlled by one of their ReplicaSets (named `<router>-<hash>`,
+    the hash without a dash, so the router of a CR named `<name>-router` is not taken for this one's). Labels alone
+    would let any pod of the namespace receive the router's API key and membership calls, so every component that
+    sends the router a credential (the reconciler, the doctor) selects router pods with this, not by label."""
+    slots = names.router_slots(deployment)
     return any(
         isinstance(ref, dict) and ref.get("controller") is True and ref.get("kind") == "ReplicaSet"
-        and str(ref.get("name", "")).startswith(prefix)
+        and str(ref.get("name", "")).rpartition("-")[0] in slots
         for ref in (pod.get("metadata") or {}).get("ownerReferences") or []
     )  # fmt: skip
+
+
+def pod_epoch(pod: Mapping[str, Any]) -> str:
+    """The KV epoch label of a worker or router pod; "" when absent or not a string."""
+    value = ((pod.get("metadata") or {}).get("labels") or {}).get(LABEL_KV_EPOCH, "")
+    return value if isinstance(value, str) else ""
 
 
 def pod_view(pod: dict[str, Any]) -> PodView | None:
@@ -161,7 +172,7 @@ def pod_view(pod: dict[str, Any]) -> PodView | None:
         deleting=bool(meta.get("deletionTimestamp")),
         restarts=sum(_small_int(cs.get("restartCount"), 0) or 0 for cs in status.get("containerStatuses") or []),
         replica_nodes=_small_int(annotations.get(ANNOTATION_REPLICA_NODES, "1"), 1, low=1, high=MAX_REPLICA_NODES) or 1,
-        draining_since=_timestamp(annotations.get(ANNOTATION_DRAINING)),
+        draining_since=operator_stamp(annotations.get(ANNOTATION_DRAINING)),
         warm=annotations.get(ANNOTATION_WARM) == "true",
     )
 
@@ -177,8 +188,7 @@ def group_replicas(pods: list[dict[str, Any]]) -> list[ReplicaView]:
         if index is None or view is None:
             continue
         revision = labels.get(LABEL_REVISION, "")
-        replica = grouped.setdefault(
-            index, ReplicaView(index=index, revision=revision if isinstance(revision, str) else "")
-        )
+        revision = revision if isinstance(revision, str) else ""
+        replica = grouped.setdefault(index, ReplicaView(index=index, revision=revision, epoch=pod_epoch(pod)))
         replica.pods[view.rank] = view
     return [grouped[index] for index in sorted(grouped)]

@@ -14,6 +14,7 @@ from sglang_operator.api.disaggregation_rules import check_transition
 from sglang_operator.api.groups import PdRole, fleet_shape, worker_groups
 from sglang_operator.api.spec import SGLangDeploymentSpec
 from sglang_operator.api.validation import check_pod_policy, parse_spec
+from sglang_operator.kvepoch import kv_epoch
 from sglang_operator.settings import PodPolicy
 from tests.api.pd_cases import DECODE, PREFILL, pd
 from tests.api.test_validation import with_model
@@ -71,14 +72,12 @@ def test_switching_between_colocated_and_pd_is_refused_on_update() -> None:
      pd(engine={"version": "0.5.22"}), pd(engine={"image": "lmsysorg/sglang:v0.5.23-cu129"}),
      {**pd(), "model": {"path": "org/other"}}, {**pd(), "model": {"path": "org/model", "revision": "v2"}}],
 )  # fmt: skip
-def test_a_pd_fleet_keeps_its_kv_contract_until_cut_overs_exist(changed: dict[str, Any]) -> None:
-    """A rollout of a KV-contract change would pair old prefills with new decodes (the page-size mismatch kills the
-    decode at the first transfer): refused on update, with the way out named."""
-    errors = check_transition(_spec(pd()), SGLangDeploymentSpec.model_validate({"model": {"path": "org/model"},
-                                                                                **changed}))  # fmt: skip
-    assert [e.field for e in errors] == ["spec.disaggregation"]
-    assert "create a new SGLangDeployment" in errors[0].message and "disaggregation.pageSize" in errors[0].message
-    assert check_transition(_spec(pd()), _spec(pd(workerGroups=[PREFILL, {**DECODE, "replicas": 5}]))) == []
+def test_a_pd_fleet_may_change_its_kv_contract(changed: dict[str, Any]) -> None:
+    """The operator cuts such a change over whole (controller/cutover.py), so the update is accepted, and it is a
+    new KV epoch."""
+    new = SGLangDeploymentSpec.model_validate({"model": {"path": "org/model"}, **changed})
+    assert check_transition(_spec(pd()), new) == []
+    assert kv_epoch(new) != kv_epoch(_spec(pd()))
 
 
 def test_kv_over_rdma_needs_the_admins_rdma_resource() -> None:

@@ -14,7 +14,7 @@ PACKAGE = "sglang_operator"
 
 GROUND = (
     *("api", "settings", "names", "capacity", "topology", "kubeyaml", "crfile", "secretref", "metrics", "observed"),
-    *("desired", "childkinds"),
+    *("desired", "childkinds", "kvepoch"),
 )
 FLOORS: dict[str, int] = {
     # 0, the ground: the typed API, the operator's settings and pure domain functions. No I/O.

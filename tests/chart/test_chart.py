@@ -19,6 +19,7 @@ import yaml
 
 from localcluster.helm import CHART_DIR, INSTALL_MANIFEST, ensure_helm, helm_template, install_manifest
 from sglang_operator.api.constants import CRD_NAME
+from sglang_operator.api.spec import EXTENDED_RESOURCE, RDMA_BACKENDS, DisaggregationSpec
 from sglang_operator.cli import build_parser, leader_timing
 from sglang_operator.runtime.leasetiming import Timing
 from sglang_operator.settings import (
@@ -113,6 +114,7 @@ VARIANTS = {
         "--set-json", 'extraEnv=[{"name":"TZ","value":"UTC"}]',
         "--set", "image.tag=0.2.0",
         "--set-json", 'podPolicy.allowedHostPaths=["/models","/mnt/hf cache"]',
+        "--set", "podPolicy.rdmaResource=rdma/rdma_shared_device_a",
         "--set-json", 'allowedPrometheusURLs=["http://prometheus.monitoring.svc:9090","https://thanos.example:9091/"]',
         "--set-json", 'networkPolicy.prometheus.namespaceLabels={"kubernetes.io/metadata.name":"monitoring"}',
         "--set-json", 'networkPolicy.prometheus.podLabels={"app.kubernetes.io/name":"prometheus","team":"obs"}',
@@ -202,6 +204,7 @@ def test_values_reach_the_command_line(helm: Path) -> None:
         "--prometheus-bearer-token-file=/var/run/secrets/kubernetes.io/serviceaccount/token",
         "--prometheus-ca-file=/etc/prometheus-ca/ca.crt",
         "--allow-prometheus-headers-to-default",
+        "--rdma-resource=rdma/rdma_shared_device_a",
         "--allow-host-path=/models",
         "--allow-host-path=/mnt/hf cache",
         "--allow-prometheus-url=http://prometheus.monitoring.svc:9090",
@@ -429,8 +432,8 @@ def _admission_policy(objects: list[dict[str, Any]]) -> tuple[dict[str, Any], di
 
 
 def test_admission_policy_parameters_are_the_operators_own_flags(helm: Path) -> None:
-    """The policy judges with the very values the operator gets as `--allow-host-path` / `--allow-prometheus-url`,
-    and in namespaced mode only where the operator watches."""
+    """The policy judges with the very values the operator gets as `--allow-host-path` / `--allow-prometheus-url` /
+    `--rdma-resource`, and in namespaced mode only where the operator watches."""
     objects = render(helm, *VARIANTS["everything-set"])
     params, policy, binding = _admission_policy(objects)
     args = operator_container(objects)["args"]
@@ -440,6 +443,7 @@ def test_admission_policy_parameters_are_the_operators_own_flags(helm: Path) -> 
 
     assert params["data"]["allowedHostPaths"].split(",") == flag("allow-host-path") == ["/models", "/mnt/hf cache"]
     assert params["data"]["allowedPrometheusURLs"].split(",") == flag("allow-prometheus-url")
+    assert [params["data"]["rdmaResource"]] == flag("rdma-resource") == ["rdma/rdma_shared_device_a"]
     assert policy["spec"]["paramKind"] == {"apiVersion": "v1", "kind": "ConfigMap"}
     assert policy["spec"]["failurePolicy"] == "Fail"
     assert binding["spec"]["policyName"] == policy["metadata"]["name"]
@@ -455,7 +459,8 @@ def test_admission_policy_parameters_are_the_operators_own_flags(helm: Path) -> 
 
 def test_admission_policy_by_default_refuses_every_host_path_and_prometheus_url_cluster_wide(helm: Path) -> None:
     params, policy, binding = _admission_policy(render(helm))
-    assert params["data"] == {"allowedHostPaths": "", "allowedPrometheusURLs": ""}
+    assert params["data"] == {"allowedHostPaths": "", "allowedPrometheusURLs": "", "rdmaResource": ""}
+    assert not [arg for arg in operator_container(render(helm))["args"] if arg.startswith("--rdma-resource")]
     assert "matchResources" not in binding["spec"]
     [rule] = policy["spec"]["matchConstraints"]["resourceRules"]
     assert (rule["apiGroups"], rule["resources"], rule["operations"]) == (
@@ -468,6 +473,20 @@ def test_admission_policy_by_default_refuses_every_host_path_and_prometheus_url_
     messages = [v["messageExpression"] for v in policy["spec"]["validations"]]
     assert messages[0].startswith("'spec.model.cache.hostPath: ' + variables.hostPath + ' is not under a node")
     assert messages[1].startswith("'spec.autoscaling.prometheusURL: is not a Prometheus the operator allows")
+    assert messages[2].startswith("'spec.disaggregation.transferBackend: ' + variables.transferBackend + ' moves KV")
+
+
+def test_admission_policy_rdma_rule_reads_the_operators_backends_and_resource_names(helm: Path) -> None:
+    """The RDMA rule's CEL spells out what `check_pod_policy` imports: the RDMA backends, the CRD's default backend
+    and the extended resource name `settings.py` accepts as `--rdma-resource` (anything else is none to it)."""
+    _, policy, _ = _admission_policy(render(helm))
+    variables = {v["name"]: v["expression"] for v in policy["spec"]["variables"]}
+    default = DisaggregationSpec.model_fields["transfer_backend"].default
+    assert f": '{default}') : ''" in variables["transferBackend"]
+    assert f".matches('{EXTENDED_RESOURCE}')" in variables["rdmaAllowed"]
+    assert policy["spec"]["validations"][2]["expression"] == (
+        f"!(variables.transferBackend in {sorted(RDMA_BACKENDS)!r}) || variables.rdmaAllowed"
+    )
 
 
 def test_admission_policy_can_be_left_out(helm: Path) -> None:

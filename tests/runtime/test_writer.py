@@ -8,10 +8,13 @@ from typing import Any
 import pytest
 from kubernetes import client
 
+from sglang_operator import names
 from sglang_operator.api.spec import SGLangDeploymentSpec
+from sglang_operator.kvepoch import Cutover
 from sglang_operator.render import Owner, shared_children
 from sglang_operator.runtime.writer import ChildRef, Outcome, Writer, possible_children, stale_children
 from sglang_operator.settings import OperatorSettings
+from tests.api.pd_cases import pd
 from tests.controller.fakekube import FakeKube, wire
 
 OWNER = Owner(name="chat", namespace="team-a", uid="cr-uid")
@@ -44,8 +47,12 @@ def foreign(obj: dict[str, Any]) -> dict[str, Any]:
 
 
 def test_every_rendered_child_is_one_the_operator_may_own() -> None:
-    """`possible_children` is what stale-child deletion looks at: a child it misses would never be cleaned up."""
+    """`possible_children` is what stale-child deletion looks at: a child it misses would never be cleaned up. A
+    prefill/decode fleet's cut-over renders its routers in the second slot (`kvepoch.Cutover`)."""
     rendered = {ChildRef.of(c) for c in shared_children(everything_on(), OWNER, OperatorSettings())}
+    pd_spec = SGLangDeploymentSpec.model_validate({"model": {"path": "org/model"}, **pd()})
+    cutover = Cutover("new", "old", None, names.router_b(OWNER.name), kept=(names.router(OWNER.name),))
+    rendered |= {ChildRef.of(c) for c in shared_children(pd_spec, OWNER, OperatorSettings(), cutover)}
     assert rendered == set(possible_children(OWNER.name))
 
 

@@ -22,6 +22,12 @@ LABEL_REPLICA: Final = f"{GROUP}/replica"
 LABEL_NODE_RANK: Final = f"{GROUP}/node-rank"
 LABEL_REVISION: Final = f"{GROUP}/revision"
 LABEL_WORKER_GROUP: Final = f"{GROUP}/group"
+# A prefill/decode fleet's worker and router pods carry their KV epoch (`kvepoch.py`); its router Deployments and
+# Service carry it as an annotation too (the watch caches keep annotations of the operator's own, not labels).
+LABEL_KV_EPOCH: Final = f"{GROUP}/kv-epoch"
+ANNOTATION_KV_EPOCH: Final = LABEL_KV_EPOCH
+# On the router Service: when its selector moved to the serving epoch (the old generation drains after a settle time).
+ANNOTATION_KV_EPOCH_SINCE: Final = f"{GROUP}/kv-epoch-since"
 LABEL_APP_NAME: Final = "app.kubernetes.io/name"
 LABEL_APP_INSTANCE: Final = "app.kubernetes.io/instance"
 LABEL_APP_COMPONENT: Final = "app.kubernetes.io/component"

@@ -4,8 +4,9 @@ image runs accepts, and what smg in PD mode can start with. Part of `validation.
 A fleet is disaggregated when `spec.disaggregation` is present; then every worker group has a role and both roles
 are there. What a KV handoff depends on (transfer backend, page size, KV-cache dtype) is a field of
 `spec.disaggregation`, rendered on both roles, so two groups cannot disagree on it: SGLang would only find out at
-the first transfer and fail every request (docs/pd.md). `TRANSITION_RULES` need the stored object too: the API
-server checks them on update (`oldSelf`), `validate --old` does the same.
+the first transfer and fail every request (docs/pd.md); a change of it cuts the fleet over whole (`kvepoch.py`).
+`TRANSITION_RULES` need the stored object too: the API server checks them on update (`oldSelf`), `validate --old`
+does the same.
 """
 
 from collections.abc import Callable
@@ -288,33 +289,6 @@ DISAGGREGATION_RULES: tuple[Rule, ...] = (
 )
 
 
-_KV_CONTRACT: tuple[tuple[str, Callable[[SGLangDeploymentSpec], object]], ...] = (
-    ("model.path", lambda s: s.model.path),
-    ("model.revision", lambda s: s.model.revision),
-    ("engine.image", lambda s: s.engine.image),
-    ("engine.version", lambda s: s.engine.version),
-    ("disaggregation.transferBackend", lambda s: s.disaggregation and s.disaggregation.transfer_backend),
-    ("disaggregation.pageSize", lambda s: s.disaggregation and s.disaggregation.page_size),
-    ("disaggregation.kvCacheDtype", lambda s: s.disaggregation and s.disaggregation.kv_cache_dtype),
-)
-"""What a KV handoff depends on, as the CR writes it: the model and its revision, the image and its release, the
-transfer backend, the page size and the KV dtype. Defaulted fields compare as written (the API server stores the
-default, `validate` reads it)."""
-_DEFAULTED = frozenset({"model.path", "disaggregation.transferBackend"})
-
-
-def _kv_contract(spec: SGLangDeploymentSpec) -> tuple[object, ...]:
-    return tuple(get(spec) or "" for _, get in _KV_CONTRACT)
-
-
-def _optional_cel(root: str, field: str) -> str:
-    """`root.field`, or its empty value where the field is optional and absent: 0 for the page size, '' for a
-    string. (`string(pageSize)` instead would cost the API server's estimate over 100 times its budget.)"""
-    parent, _, leaf = f"{root}.{field}".rpartition(".")
-    empty = "0" if field.endswith("pageSize") else "''"
-    return f"{root}.{field}" if field in _DEFAULTED else f"(has({parent}.{leaf}) ? {root}.{field} : {empty})"
-
-
 @dataclass(frozen=True)
 class TransitionRule:
     """A rule over the stored spec and the new one: CEL on the spec with `oldSelf`, which the API server checks on
@@ -338,20 +312,6 @@ TRANSITION_RULES: tuple[TransitionRule, ...] = (
         "SGLangDeployment and move traffic to it.",
         cel="has(self.disaggregation) == has(oldSelf.disaggregation)",
         holds=lambda old, new: (old.disaggregation is None) == (new.disaggregation is None),
-    ),
-    TransitionRule(
-        field="spec.disaggregation",
-        message="a prefill/decode fleet cannot change what a KV handoff depends on ("
-        + ", ".join(f"{field}" for field, _ in _KV_CONTRACT)
-        + "): a rollout would pair old prefill servers with new decode "
-        "servers, which SGLang refuses at the first transfer or mistransfers, and this operator does not yet cut a "
-        "fleet over whole; create a new SGLangDeployment with the new values and move traffic to it.",
-        cel="!has(self.disaggregation) || !has(oldSelf.disaggregation) || ("
-        + " && ".join(f"{_optional_cel('self', f)} == {_optional_cel('oldSelf', f)}" for f, _ in _KV_CONTRACT)
-        + ")",
-        holds=lambda old, new: (
-            old.disaggregation is None or new.disaggregation is None or _kv_contract(old) == _kv_contract(new)
-        ),
     ),
 )
 

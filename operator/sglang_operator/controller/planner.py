@@ -101,14 +101,17 @@ def plan_replicas(
     off_router: frozenset[int] = frozenset(),
     unknown_loads: Mapping[int, str] | None = None,
     busy_loads: Mapping[int, str] | None = None,
+    held: frozenset[int] = frozenset(),
 ) -> Plan:
     """`loads`: in-flight requests per replica, only where known; `unknown_loads`: why a replica's load could not
     be read (a draining replica without a known zero waits for its drain timeout); `busy_loads`: which numbers of a
     prefill/decode replica's load are not zero (the timed-out drain's event names them); `deregistered`: replicas
-    absent from every router; `off_router`: replicas absent from at least one router."""
+    absent from every router; `off_router`: replicas absent from at least one router; `held`: old-revision replicas
+    that keep serving whatever the rollout's bounds (a prefill/decode fleet's serving generation during a cut-over,
+    `controller/cutover.py`): the new revision is created in full beside them."""
     notes = {i: f"not empty: {numbers}" for i, numbers in (busy_loads or {}).items()}
     notes |= {i: f"in-flight requests unknown: {why}" for i, why in (unknown_loads or {}).items()}
-    plan = _plan_unbounded(replicas, targets, loads, deregistered, now, off_router, notes)
+    plan = _plan_unbounded(replicas, targets, loads, deregistered, now, off_router, notes, held)
     return _within_burst(plan, max(1, targets.burst))
 
 
@@ -129,6 +132,7 @@ def _plan_unbounded(
     now: float,
     off_router: frozenset[int],
     load_notes: Mapping[int, str],
+    held: frozenset[int],
 ) -> Plan:
     """The plan before the burst bound, in the order its parts depend on each other: failed replicas go, finished
     drains go, then the serving ones are split by revision and role (active or warm) for the rollout or scale."""
@@ -142,7 +146,7 @@ def _plan_unbounded(
     active = [r for r in current if not r.warm]
     warm = [r for r in current if r.warm]
     plan.delete.extend(r.index for r in old if r.warm)  # old warm replicas carry no traffic: replaced outright
-    old = [r for r in old if not r.warm]
+    old = [r for r in old if not r.warm and r.index not in held]
     _promote_warm(active, warm, targets, plan)
     short = targets.active - len(active)
     if old:
@@ -150,6 +154,8 @@ def _plan_unbounded(
     else:
         creatable = max(short, 0)
         _scale_down(active, short, targets, loads, off_router, plan)
+    if any(r.index in held for r in serving):
+        creatable = max(short, 0)  # a full surge: the held generation serves until the new one is whole
     _create(creatable, warm, targets, indices, loads, off_router, plan)
     return plan
 

@@ -1,13 +1,14 @@
 """One idempotent reconcile pass, as a chain of named steps over a snapshot of one CR:
 
-    parse + policy -> children -> observe -> decide -> sync routers -> apply replicas -> report
+    parse + policy -> children -> observe -> decide -> sync routers -> switch -> apply replicas -> report
 
-`children` observes, decides and writes the shared children (Services, the router Deployment, ...); `observe` reads
-the worker pods, the scale targets, the loads the plan needs, the routers' lists and (prefill/decode) whether new
-prefills' bootstrap servers answer; `decide` (pure, `steps.py`)
-plans each group and says who is routed and who is in the InferencePool; `sync routers` makes every router list
-the routed workers; `apply replicas` carries out the plans (only the drains every router confirmed); `report`
-writes status, the scale targets' status and events. Each step returns a frozen value the next ones read.
+`children` observes, decides and writes the shared children (Services, the router Deployments, ...); `observe`
+reads the worker pods, the scale targets, the loads the plan needs, the routers' lists and (prefill/decode) whether
+new prefills' bootstrap servers answer; `decide` (pure, `steps.py`) plans each group and says who is routed and who
+is in the InferencePool; `sync routers` makes every router list the routed workers (of its KV epoch); `switch`
+moves a prefill/decode fleet's router Service to a new KV epoch once its generation is whole (`cutover.py`);
+`apply replicas` carries out the plans (only the drains every router confirmed); `report` writes status, the scale
+targets' status and events. Each step returns a frozen value the next ones read.
 
 Level-based: everything is read from the cluster's state (and the routers) on every pass, nothing needed for
 correctness lives in memory, and a pass with nothing to change writes nothing. The state comes as a `Snapshot`,
@@ -31,12 +32,14 @@ from typing import Any
 from kubernetes import client
 from kubernetes.client.exceptions import ApiException
 
-from .. import metrics
+from .. import metrics, names
 from ..api.constants import ANNOTATION_DRAINING, ANNOTATION_WARM, COMPONENT_ROUTER, COMPONENT_WORKER, LABEL_COMPONENT
 from ..api.spec import SecretKeyRef
 from ..api.validation import check_pod_policy, parse_spec
-from ..observed import owned_by, router_pod_of
+from ..kvepoch import Cutover, kv_epoch, plan_cutover
+from ..observed import owned_by, pod_epoch, router_pod_of
 from ..render import Owner, replica_pods, shared_children
+from ..render.router import router_service
 from ..runtime.conditions import condition, merge_conditions
 from ..runtime.kube import API_TIMEOUT
 from ..runtime.readback import read_snapshot
@@ -46,6 +49,7 @@ from ..secretref import secret_key_text, unusable_credential
 from ..settings import OperatorSettings
 from .apierrors import describe_causes
 from .bootstrap import prefill_ports, probe_bootstrap, to_probe
+from .cutover import SETTLE_SECONDS, switch_check
 from .fleet import GroupPass, group_passes
 from .inferencepool import membership_changes, membership_labels
 from .loads import fetch_in_flight
@@ -193,13 +197,14 @@ class Reconciler:
 
     def _steps(self, ctx: PassContext, before: dict[str, int]) -> PassResult:
         """The chain: each step reads what the earlier ones returned; the first failure ends it (`StepFailed`)."""
-        problems = self._children(ctx)
-        seen = self._observe(ctx)
+        problems, cutover = self._children(ctx)
+        seen = self._observe(ctx, cutover)
         decided = decide(ctx.spec, seen, ctx.now.timestamp())
         sync = self._sync_routers(ctx, seen, decided)
+        waiting = self._switch(ctx, seen)
         plans = {group.name: applied_plan(decided, sync, group.name) for group in seen.groups}
         self._apply_replicas(ctx, seen, decided.members, sync, plans)
-        status = self._report(ctx, seen, decided, sync, problems)
+        status = self._report(ctx, seen, decided, sync, problems, waiting)
         return PassResult(plan=merged_plan(list(plans.values())), status=status, writes=self._delta(before),
                           expected=self.writer.expected, routers_changed=sync.changed)  # fmt: skip
 
@@ -218,12 +223,14 @@ class Reconciler:
         return PassResult(status=status, writes=self._delta(before))
 
     # -- step: children ----------------------------------------------------------------------------------------
-    def _children(self, ctx: PassContext) -> list[Problem]:
-        """Write the rendered children the CR owns (or may create), delete the owned ones no longer rendered, and
-        return the problems: names taken by objects the CR does not own, kinds the cluster does not serve."""
+    def _children(self, ctx: PassContext) -> tuple[list[Problem], Cutover | None]:
+        """Write the rendered children the CR owns (or may create), delete the owned ones no longer rendered (a
+        prefill/decode fleet's router slot is kept while its epoch serves or has workers), and return the problems
+        (names taken by objects the CR does not own, kinds the cluster does not serve) and the cut-over state."""
         owner = ctx.owner
         with _step("rendering children"):
-            rendered = shared_children(ctx.spec, owner, self.settings)
+            cutover = self._cutover(ctx)
+            rendered = shared_children(ctx.spec, owner, self.settings, cutover)
         observed, unserved = self._observed_children(ctx, {ChildRef.of(child) for child in rendered})
         problems: list[Problem] = []
         for child in rendered:
@@ -234,11 +241,30 @@ class Reconciler:
             problem = self._ensure_child(owner, child, observed.get(ref))
             if problem is not None:
                 problems.append(problem)
+        kept = set(cutover.kept) if cutover is not None else set()
         for ref in stale_children(owner.name, rendered, observed, owner.uid):
+            if ref.kind == "Deployment" and ref.name in kept:
+                continue
             with _step(f"deleting {ref}"):
                 self.writer.delete_child(ref, owner.namespace, observed[ref])
             log.info("%s/%s: deleted %s (no longer rendered)", owner.namespace, owner.name, ref)
-        return sorted(problems, key=lambda p: (p.reason != "NameCollision", p.message))
+        return sorted(problems, key=lambda p: (p.reason != "NameCollision", p.message)), cutover
+
+    def _cutover(self, ctx: PassContext) -> Cutover | None:
+        """A prefill/decode fleet's routers between KV epochs, from its own router Service and Deployments and its
+        worker pods' epochs (`kvepoch.plan_cutover`); None for a colocated fleet or one without a router."""
+        if not ctx.spec.disaggregated or not ctx.spec.router.enabled:
+            return None
+        uid = ctx.owner.uid
+
+        def own(kind: str, name: str) -> dict[str, Any] | None:
+            child = ctx.children.get((kind, name))
+            return child if child is not None and owned_by(child, uid) else None
+
+        slots = {name: child for name in names.router_slots(ctx.name) if (child := own("Deployment", name))}
+        workers = [pod_epoch(p) for p in _component(ctx.pods, COMPONENT_WORKER) if owned_by(p, uid)]
+        service = own("Service", names.router(ctx.name))
+        return plan_cutover(ctx.name, kv_epoch(ctx.spec), service, slots, workers)
 
     def _observed_children(
         self, ctx: PassContext, wanted: set[ChildRef]
@@ -287,7 +313,7 @@ class Reconciler:
         return bool(self.kinds.get((namespace, ref.api_version, ref.kind), read))
 
     # -- step: observe -----------------------------------------------------------------------------------------
-    def _observe(self, ctx: PassContext) -> Seen:
+    def _observe(self, ctx: PassContext, cutover: Cutover | None) -> Seen:
         """The worker pods by group with what each group should run, the loads the plans need (a prefill or decode
         replica's with its KV-handoff queues), the routers' lists, and in a prefill/decode fleet the bootstrap
         servers of the prefill replicas no router lists yet."""
@@ -313,8 +339,9 @@ class Reconciler:
                     spec.router.api_key_secret_ref, ctx.namespace, "spec.router.apiKeySecretRef", ctx.name
                 )
             with _step("reading router worker lists"):
-                routers = observe_routers(router_pods, api_key, worker_api_key=worker_key)
-        seen = Seen(groups=groups, loads=loads, routers=routers, verdicts=verdicts)
+                epoch_of = cutover.of if cutover is not None else str
+                routers = observe_routers(router_pods, api_key, worker_api_key=worker_key, epoch_of=epoch_of)
+        seen = Seen(groups=groups, loads=loads, routers=routers, verdicts=verdicts, cutover=cutover)
         if spec.disaggregation is None or routers is None:
             return seen
         with _step("reading prefill bootstrap servers"):
@@ -352,8 +379,10 @@ class Reconciler:
         if seen.routers is None:
             idle = RouterObservation(enabled=False, ready_pods=0, registered=0, synced=True)
             return RouterSync(idle, changed=False, drains=drains_now(seen, decided, set()))
+        serving = seen.cutover.serving if seen.cutover is not None else ""
         with _step("syncing router membership"):
-            synced = sync_routers(seen.routers, decided.routed, disaggregated=ctx.spec.disaggregated)
+            synced = sync_routers(seen.routers, decided.routed, disaggregated=ctx.spec.disaggregated,
+                                  worker_epochs=decided.epochs, serving_epoch=serving)  # fmt: skip
         for failure in synced.failures:
             log.warning("%s/%s: %s", ctx.namespace, ctx.name, failure)
         # A replica a router still lists is not drained yet: the next pass decides again (and, preferring removals
@@ -364,6 +393,27 @@ class Reconciler:
             if held:
                 log.info("%s/%s: replicas %s wait for a router to apply their removal", ctx.namespace, ctx.name, held)
         return RouterSync(synced.observation, synced.changed and not synced.failures, drains)
+
+    # -- step: switch ------------------------------------------------------------------------------------------
+    def _switch(self, ctx: PassContext, seen: Seen) -> str | None:
+        """During a prefill/decode fleet's cut-over, move the router Service to the new KV epoch's routers once the
+        new generation is whole (`cutover.switch_check`, on the lists the pass read); what status says while it
+        waits (None: no cut-over, or it switched now)."""
+        cutover = seen.cutover
+        if cutover is None or not cutover.in_progress or seen.routers is None:
+            return None
+        check = switch_check(cutover, seen.groups, seen.routers, ctx.spec.router.replicas)
+        if not check.ready:
+            return check.note
+        switched = replace(cutover, serving=cutover.desired, since=ctx.stamp)
+        service = router_service(ctx.spec, ctx.owner, switched)
+        with _step("switching the router Service to the new KV epoch"):
+            self.writer.ensure(service, ctx.children.get(("Service", service["metadata"]["name"])), ctx.owner.uid)
+        message = (f"the router Service now selects the routers of KV epoch {cutover.desired} (was "
+                   f"{cutover.serving}); the old generation drains in {SETTLE_SECONDS:.0f}s")  # fmt: skip
+        log.info("%s/%s: %s", ctx.namespace, ctx.name, message)
+        self.writer.event(ctx.body, "CutOver", message)
+        return None
 
     # -- step: apply replicas ----------------------------------------------------------------------------------
     def _apply_replicas(
@@ -430,7 +480,13 @@ class Reconciler:
 
     # -- step: report ------------------------------------------------------------------------------------------
     def _report(
-        self, ctx: PassContext, seen: Seen, decided: Decided, sync: RouterSync, problems: list[Problem]
+        self,
+        ctx: PassContext,
+        seen: Seen,
+        decided: Decided,
+        sync: RouterSync,
+        problems: list[Problem],
+        cutting_over: str | None = None,
     ) -> dict[str, Any]:
         """Drain metrics, then status (one patch when it changed), the scale targets' status and the router's
         failure event; returns the status."""
@@ -446,7 +502,7 @@ class Reconciler:
             name=ctx.name, namespace=ctx.namespace, generation=ctx.generation, spec=ctx.spec,
             groups=observations(seen, decided), router=sync.observation,
             failed_replicas=sum(r.failed for g in seen.groups for r in g.replicas), previous=ctx.previous,
-            now=ctx.stamp, problems=problems,
+            now=ctx.stamp, problems=problems, cutting_over=cutting_over,
         )  # fmt: skip
         written = self._write_status(ctx.body, ctx.previous, status)
         with _step("writing scale targets' status"):

@@ -6,11 +6,12 @@ removed and, once the router applied that, registered again as it should be (`me
 """
 
 import time
-from collections.abc import Iterable, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
 from .. import metrics
+from ..observed import pod_epoch
 from ..router.client import DEFAULT_TIMEOUT_SECONDS, RouterClient, RouterError, RouterWorker
 from ..router.membership import (
     DesiredWorker,
@@ -32,18 +33,30 @@ class RouterState:
     api_key: str | None = None
     worker_api_key: str | None = None
     """The workers' key, handed to each router with the worker so the router can call it."""
+    epochs: dict[str, str] = field(default_factory=dict)
+    """Base URL -> the router pod's KV epoch (a prefill/decode fleet's; "" in a colocated fleet): a router lists only
+    the workers of its own epoch (`kvepoch.py`)."""
 
     def registered_urls(self) -> set[str]:
         """URLs at least one router lists."""
         return {worker.url for workers in self.lists.values() for worker in workers}
 
-    def listed_everywhere(self) -> set[str]:
-        """URLs every reachable router lists."""
-        listed = [{worker.url for worker in workers} for workers in self.lists.values()]
+    def listed_by_all(self, epoch: str) -> set[str]:
+        """URLs every reachable router of `epoch` lists (none when no router of it is reachable)."""
+        listed = [{w.url for w in self.lists[base]} for base in self.of_epoch(epoch)]
         return set.intersection(*listed) if listed else set()
 
+    def listed_everywhere(self) -> set[str]:
+        """URLs every reachable router of their epoch lists (in a colocated fleet: every reachable router)."""
+        return set().union(*(self.listed_by_all(epoch) for epoch in {self.epochs.get(b, "") for b in self.lists}))
 
-def _ready_router_urls(router_pods: list[dict[str, Any]]) -> list[str]:
+    def of_epoch(self, epoch: str) -> list[str]:
+        """The reachable routers of `epoch`, by base URL."""
+        return [base for base in self.lists if self.epochs.get(base, "") == epoch]
+
+
+def _ready_routers(router_pods: list[dict[str, Any]]) -> list[tuple[str, str]]:
+    """(base URL, KV epoch label) of each ready router pod."""
     urls = []
     for pod in router_pods:
         status, meta = pod.get("status") or {}, pod["metadata"]
@@ -53,7 +66,7 @@ def _ready_router_urls(router_pods: list[dict[str, Any]]) -> list[str]:
         container = ((pod.get("spec") or {}).get("containers") or [{}])[0]
         port = next((p.get("containerPort") for p in container.get("ports") or [] if p.get("name") == "http"), None)
         port = port if isinstance(port, int) and 0 < port < 65536 else 30000
-        urls.append(f"http://{status['podIP']}:{port}")
+        urls.append((f"http://{status['podIP']}:{port}", pod_epoch(pod)))
     return sorted(urls)
 
 
@@ -109,10 +122,15 @@ def _await_removals(routers: dict[str, RouterClient], pending: dict[str, _Remova
 
 
 def observe_routers(
-    router_pods: list[dict[str, Any]], api_key: str | None, worker_api_key: str | None = None
+    router_pods: list[dict[str, Any]],
+    api_key: str | None,
+    worker_api_key: str | None = None,
+    epoch_of: Callable[[str], str] = str,
 ) -> RouterState:
+    """`epoch_of`: a router pod's KV epoch from its label (`Cutover.of`: an unlabelled pod is the serving epoch's)."""
     state = RouterState(api_key=api_key, worker_api_key=worker_api_key)
-    for base_url in _ready_router_urls(router_pods):
+    for base_url, label in _ready_routers(router_pods):
+        state.epochs[base_url] = epoch_of(label)
         router = RouterClient(base_url, api_key)
         try:
             state.lists[base_url] = _routable(router.list_workers())
@@ -155,13 +173,21 @@ def _send(router: RouterClient, plan: MembershipPlan, wanted: dict[str, DesiredW
         raise
 
 
-def sync_routers(state: RouterState, desired: Sequence[str | DesiredWorker], disaggregated: bool = False) -> SyncResult:
-    """Make every observed router list equal `desired` (bare URLs: regular workers). In a prefill/decode fleet
-    (`disaggregated`) a router counts as synced only when it lists at least one prefill and one decode: smg answers
-    503 to every request until it does."""
+def sync_routers(
+    state: RouterState,
+    desired: Sequence[str | DesiredWorker],
+    disaggregated: bool = False,
+    worker_epochs: Mapping[str, str] | None = None,
+    serving_epoch: str = "",
+) -> SyncResult:
+    """Make every observed router list the `desired` workers of its KV epoch (`worker_epochs`: URL -> epoch; None:
+    one epoch, every router lists them all; bare URLs: regular workers). Status reports the routers of
+    `serving_epoch`, those the router Service selects. In a prefill/decode fleet (`disaggregated`) a router counts as
+    synced only when it lists at least one prefill and one decode: smg answers 503 to every request until it does."""
     failures = list(state.errors)
     wanted = desired_workers(desired)
-    plans = {base: plan_membership(wanted.values(), workers) for base, workers in state.lists.items()}
+    by_router = {base: _of_epoch(wanted, worker_epochs, state.epochs.get(base, "")) for base in state.lists}
+    plans = {base: plan_membership(by_router[base].values(), workers) for base, workers in state.lists.items()}
     routers = {base: RouterClient(base, state.api_key) for base in state.lists}
     pending: dict[str, _Removals] = {}
     unconfirmed: set[str] = set()
@@ -183,16 +209,25 @@ def sync_routers(state: RouterState, desired: Sequence[str | DesiredWorker], dis
     finally:
         for router in routers.values():
             router.close()
-    missing = _roles_missing(state.lists) if disaggregated else []
+    reported = state.of_epoch(serving_epoch) if worker_epochs is not None else list(state.lists)
+    serving = {base: state.lists[base] for base in reported}
+    missing = _roles_missing(serving) if disaggregated else []
     observation = RouterObservation(
         enabled=True,
-        ready_pods=len(state.lists),
-        registered=min((registered(wanted, workers) for workers in state.lists.values()), default=0),
-        synced=not state.errors and bool(state.lists) and all(plan.empty for plan in plans.values()) and not missing,
+        ready_pods=len(serving),
+        registered=min((registered(by_router[base], workers) for base, workers in serving.items()), default=0),
+        synced=not state.errors and bool(serving) and all(plan.empty for plan in plans.values()) and not missing,
         error="; ".join(failures) if failures else None,
         note=f"not every router pod lists a {' and a '.join(missing)} worker yet" if missing else None,
     )
     return SyncResult(observation, failures, unconfirmed, changed=any(not plan.empty for plan in plans.values()))
+
+
+def _of_epoch(
+    wanted: dict[str, DesiredWorker], epochs: Mapping[str, str] | None, epoch: str
+) -> dict[str, DesiredWorker]:
+    """The desired workers a router of `epoch` lists: all of them without epochs (a colocated fleet). Pure."""
+    return wanted if epochs is None else {url: w for url, w in wanted.items() if epochs.get(url, "") == epoch}
 
 
 def _roles_missing(lists: dict[str, list[RouterWorker]]) -> list[str]:

@@ -104,9 +104,11 @@ def compute_status(
     previous: Mapping[str, Any],
     now: str,
     problems: Sequence[Problem] = (),
+    cutting_over: str | None = None,
 ) -> dict[str, Any]:
     """The fleet's status over its worker groups (one implicit group for a spec without `workerGroups`, whose
-    status reads exactly as before groups existed)."""
+    status reads exactly as before groups existed). `cutting_over`: what a prefill/decode fleet's cut-over to a new
+    KV epoch waits for (`controller/cutover.py`), Progressing's message while it lasts."""
     counts = {id(g): _Counts.of(g) for g in groups}
     listed = [g for g in groups if not g.retired]
     desired = sum(g.desired for g in listed)
@@ -118,7 +120,9 @@ def compute_status(
 
     all_ready = len(ready) >= desired and len(serving) == desired and not old
     router_ok = not router.enabled or (router.ready_pods > 0 and router.synced)
-    if old:
+    if cutting_over:
+        progress = ("CuttingOver", cutting_over)
+    elif old:
         progress = ("RollingOut", f"{len(updated)}/{desired} replicas {at_revision}")
     elif draining:
         progress = ("Draining", f"{len(draining)} replicas draining")

@@ -1,8 +1,8 @@
 """What one reconcile pass carries from step to step, and its pure steps.
 
-The pass (`reconcile.Reconciler`) is a chain: children -> observe -> decide -> sync routers -> apply replicas ->
-report. Each step returns a frozen value that the next steps read; none edits what an earlier step decided. The
-pure ones live here: `decide` (each group's plan, who is routed, who is in the InferencePool), `drains_now` (which
+The pass (`reconcile.Reconciler`) is a chain: children -> observe -> decide -> sync routers -> switch -> apply
+replicas -> report. Each step returns a frozen value that the next steps read; none edits what an earlier step
+decided. The pure ones live here: `decide` (each group's plan, who is routed, who is in the InferencePool), `drains_now` (which
 planned drains start after the routers' removals), `observations` (what status reports of each group).
 """
 
@@ -13,9 +13,11 @@ from functools import cached_property
 from typing import Any
 
 from ..api.spec import SGLangDeploymentSpec
+from ..kvepoch import Cutover
 from ..observed import ReplicaView
 from ..render import Owner
 from ..router.membership import DesiredWorker
+from .cutover import held_replicas
 from .fleet import GroupPass
 from .inferencepool import pool_members
 from .loads import Loads
@@ -81,6 +83,8 @@ class Seen:
     """Prefill replica URL -> the port of its bootstrap server (a prefill/decode fleet)."""
     bootstrapped: frozenset[str] = frozenset()
     """Prefill replica URLs whose bootstrap server answered on this pass (only those no router lists are read)."""
+    cutover: Cutover | None = None
+    """Where a prefill/decode fleet's routers stand between KV epochs (the children step read it); None: colocated."""
 
     @cached_property
     def still_listed(self) -> set[str]:
@@ -103,6 +107,8 @@ class Decided:
     its group's role; a prefill only once its bootstrap server answered (or a router lists it already)."""
     members: set[str]
     """Rank-0 pods in the InferencePool: registered everywhere, not leaving."""
+    epochs: Mapping[str, str] | None = None
+    """Routed URL -> its KV epoch, whose routers alone list it (a prefill/decode fleet); None: every router."""
 
     @cached_property
     def routed_urls(self) -> set[str]:
@@ -144,15 +150,16 @@ def _routed_entry(group: GroupPass, replica: ReplicaView, seen: Seen) -> Desired
 def decide(spec: SGLangDeploymentSpec, seen: Seen, now: float) -> Decided:
     """Each group's plan from its replicas, loads and the routers' lists; the workers to route and the pool's
     members that follow from it. Pure."""
-    still_listed, everywhere = seen.still_listed, seen.everywhere
+    still_listed, everywhere, cutover = seen.still_listed, seen.everywhere, seen.cutover
     plans: dict[str, Plan] = {}
     routed: list[DesiredWorker] = []
     members: set[str] = set()
+    epochs: dict[str, str] | None = None if cutover is None else {}
     for group in seen.groups:
         replicas, loads = group.replicas, seen.loads[group.name]
         plan = plan_replicas(replicas, group.targets(), loads.known, set(_absent(replicas, still_listed)), now,
-                             _absent(replicas, everywhere), unknown_loads=loads.unknown,
-                             busy_loads=loads.busy)  # fmt: skip
+                             _absent(replicas, everywhere), unknown_loads=loads.unknown, busy_loads=loads.busy,
+                             held=held_replicas(cutover, replicas, now))  # fmt: skip
         plans[group.name] = plan
         leaving = set(plan.drain) | set(plan.delete)
         candidates = [
@@ -160,10 +167,13 @@ def decide(spec: SGLangDeploymentSpec, seen: Seen, now: float) -> Decided:
             if r.url and r.ready and r.draining_since is None and r.index not in leaving
             and (not r.warm or r.index in plan.promote)
         ]  # fmt: skip
-        routed += [entry for r in candidates if (entry := _routed_entry(group, r, seen)) is not None]
+        entries = [(r, entry) for r in candidates if (entry := _routed_entry(group, r, seen)) is not None]
+        routed += [entry for _, entry in entries]
+        if cutover is not None and epochs is not None:
+            epochs |= {entry.url: cutover.of(r.epoch) for r, entry in entries}
         registered = everywhere if seen.routers is not None else None
         members |= pool_members(spec.inference_pool.enabled, replicas, leaving, registered)
-    return Decided(plans, routed, members)
+    return Decided(plans, routed, members, epochs)
 
 
 def drains_now(seen: Seen, decided: Decided, unconfirmed: set[str]) -> dict[str, list[int]]:

@@ -2,8 +2,10 @@
 
 from typing import Any
 
+from .. import names
 from ..api.groups import worker_groups
 from ..api.spec import SGLangDeploymentSpec
+from ..kvepoch import Cutover, kv_epoch
 from ..settings import OperatorSettings
 from .inferencepool import inference_pool
 from .meta import Owner
@@ -15,19 +17,24 @@ from .workers import replica_pods, revision_hash, workers_service
 
 
 def shared_children(
-    spec: SGLangDeploymentSpec, owner: Owner, settings: OperatorSettings | None = None
+    spec: SGLangDeploymentSpec, owner: Owner, settings: OperatorSettings | None = None, cutover: Cutover | None = None
 ) -> list[dict[str, Any]]:
     """Everything but the worker pods, whose set the reconciler chooses replica by replica.
 
     `settings` are the operator's own (the NetworkPolicy's peers); None means the defaults, which admit no peer
-    outside the fleet.
+    outside the fleet. `cutover`: where a prefill/decode fleet's routers stand between KV epochs (the reconciler
+    reads it from the cluster); None: a fresh fleet's, all at the spec's epoch.
     """
     settings = settings if settings is not None else OperatorSettings()
     children: list[dict[str, Any]] = []
     if any(group.spec.parallelism.nnodes > 1 for group in worker_groups(spec)):
         children.append(workers_service(spec, owner))
     if spec.router.enabled:
-        children += [router_deployment(spec, owner), router_service(spec, owner)]
+        if spec.disaggregated and cutover is None:
+            epoch = kv_epoch(spec)
+            cutover = Cutover(epoch, epoch, None, names.router(owner.name))
+        cutover = cutover if spec.disaggregated else None
+        children += [router_deployment(spec, owner, cutover), router_service(spec, owner, cutover)]
     if spec.monitoring.pod_monitor:
         children.append(pod_monitor(spec, owner))
     if spec.network_policy.enabled:

@@ -14,9 +14,10 @@ The cache-aware thresholds stay smg's own: no tuned value beat them. `router.arg
 from typing import Any
 
 from .. import names
-from ..api.constants import COMPONENT_ROUTER
+from ..api.constants import ANNOTATION_KV_EPOCH, ANNOTATION_KV_EPOCH_SINCE, COMPONENT_ROUTER, LABEL_KV_EPOCH
 from ..api.reserved import ROUTER_API_KEY_ENV, kubelet_literal
 from ..api.spec import SGLangDeploymentSpec
+from ..kvepoch import Cutover
 from .meta import Owner, child_labels, object_meta, scrape_annotations, selector_labels
 from .podsecurity import harden_pod_spec, router_container_security_context, router_pod_security_context
 
@@ -65,9 +66,15 @@ def router_command(spec: SGLangDeploymentSpec) -> list[str]:
     return command + [kubelet_literal(arg) for arg in router.args]
 
 
-def router_deployment(spec: SGLangDeploymentSpec, owner: Owner) -> dict[str, Any]:
+def router_deployment(spec: SGLangDeploymentSpec, owner: Owner, cutover: Cutover | None = None) -> dict[str, Any]:
+    """The router Deployment; a prefill/decode fleet's (`cutover`) in its slot, its pods labelled with the spec's KV
+    epoch (the routers list only that epoch's workers)."""
     router = spec.router
     labels = child_labels(owner, COMPONENT_ROUTER)
+    name, annotations = names.router(owner.name), None
+    if cutover is not None:
+        name, annotations = cutover.slot, {ANNOTATION_KV_EPOCH: cutover.desired}
+        labels[LABEL_KV_EPOCH] = cutover.desired
     env: list[dict[str, Any]] = []
     if router.api_key_secret_ref is not None:
         ref = router.api_key_secret_ref
@@ -102,7 +109,7 @@ def router_deployment(spec: SGLangDeploymentSpec, owner: Owner) -> dict[str, Any
     return {
         "apiVersion": "apps/v1",
         "kind": "Deployment",
-        "metadata": object_meta(owner, names.router(owner.name), labels),
+        "metadata": object_meta(owner, name, labels, annotations),
         "spec": {
             "replicas": router.replicas,
             "selector": {"matchLabels": selector_labels(owner, COMPONENT_ROUTER)},
@@ -114,15 +121,24 @@ def router_deployment(spec: SGLangDeploymentSpec, owner: Owner) -> dict[str, Any
     }
 
 
-def router_service(spec: SGLangDeploymentSpec, owner: Owner) -> dict[str, Any]:
+def router_service(spec: SGLangDeploymentSpec, owner: Owner, cutover: Cutover | None = None) -> dict[str, Any]:
+    """The fleet's endpoint; a prefill/decode fleet's (`cutover`) selects only the routers of the serving KV epoch,
+    whichever slot runs them, so no client reaches a router of a generation that is not serving yet."""
     router = spec.router
+    selector = selector_labels(owner, COMPONENT_ROUTER)
+    annotations = None
+    if cutover is not None:
+        selector[LABEL_KV_EPOCH] = cutover.serving
+        annotations = {ANNOTATION_KV_EPOCH: cutover.serving}
+        if cutover.since is not None:
+            annotations[ANNOTATION_KV_EPOCH_SINCE] = cutover.since
     return {
         "apiVersion": "v1",
         "kind": "Service",
-        "metadata": object_meta(owner, names.router(owner.name), child_labels(owner, COMPONENT_ROUTER)),
+        "metadata": object_meta(owner, names.router(owner.name), child_labels(owner, COMPONENT_ROUTER), annotations),
         "spec": {
             "type": "ClusterIP",
-            "selector": selector_labels(owner, COMPONENT_ROUTER),
+            "selector": selector,
             "ports": [
                 {"name": "http", "port": router.port, "targetPort": "http", "protocol": "TCP"},
                 {"name": "metrics", "port": router.metrics_port, "targetPort": "metrics", "protocol": "TCP"},

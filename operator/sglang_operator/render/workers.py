@@ -22,6 +22,7 @@ from ..api.constants import (
     DIST_INIT_PORT,
     LABEL_COMPONENT,
     LABEL_DEPLOYMENT,
+    LABEL_KV_EPOCH,
     LABEL_NODE_RANK,
     LABEL_REPLICA,
     LABEL_REVISION,
@@ -30,6 +31,7 @@ from ..api.constants import (
 from ..api.groups import PdRole
 from ..api.reserved import WORKER_API_KEY_ENV, kubelet_literal
 from ..api.spec import RDMA_BACKENDS, SGLangDeploymentSpec
+from ..kvepoch import kv_epoch
 from ..topology import launch_args, readiness_path, topology
 from .meta import Owner, child_labels, object_meta, scrape_annotations, with_operator_keys
 from .overrides import merge_pod_spec
@@ -217,6 +219,8 @@ def worker_pod(
     pod_name = names.worker_pod(owner.name, revision, replica, rank, group)
     dist_host = names.dist_init_host(owner.name, owner.namespace, revision, replica, group) if multi_node else None
     labels = with_operator_keys(spec.template.metadata.labels, worker_labels(owner, revision, replica, rank, group))
+    if pd is not None:  # the routers of its KV epoch list it, no other (kvepoch.py)
+        labels[LABEL_KV_EPOCH] = kv_epoch(spec)
     annotations = with_operator_keys(
         spec.template.metadata.annotations,
         {**scrape_annotations(spec.engine.port), ANNOTATION_REPLICA_NODES: str(spec.parallelism.nnodes)},

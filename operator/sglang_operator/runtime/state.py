@@ -21,7 +21,15 @@ from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import Any, Final
 
-from ..api.constants import ANNOTATION_SPEC_HASH, COMPONENT_ROUTER, COMPONENT_WORKER, LABEL_COMPONENT, LABEL_DEPLOYMENT
+from ..api.constants import (
+    ANNOTATION_KV_EPOCH,
+    ANNOTATION_KV_EPOCH_SINCE,
+    ANNOTATION_SPEC_HASH,
+    COMPONENT_ROUTER,
+    COMPONENT_WORKER,
+    LABEL_COMPONENT,
+    LABEL_DEPLOYMENT,
+)
 from ..observed import pod_view
 
 SECRET_TTL_SECONDS: Final = 60.0
@@ -109,10 +117,14 @@ def plain(body: Mapping[str, Any]) -> dict[str, Any]:
     return copy.deepcopy(copied)
 
 
+_KEPT_ANNOTATIONS = frozenset({ANNOTATION_SPEC_HASH, ANNOTATION_KV_EPOCH, ANNOTATION_KV_EPOCH_SINCE})
+
+
 def trim_child(body: Mapping[str, Any]) -> dict[str, Any]:
     """What the executor needs of a Service, Deployment, NetworkPolicy, PodMonitor or InferencePool: its identity,
-    owners and the hash of the render it was written from. Kept small: every object of those kinds in the watched
-    namespaces is indexed (a foreign object must be seen to be left alone). Pure."""
+    owners, the hash of the render it was written from and, for a prefill/decode fleet's routers, their KV epoch
+    (`controller/cutover.py`). Kept small: every object of those kinds in the watched namespaces is indexed (a
+    foreign object must be seen to be left alone). Pure."""
     meta = body.get("metadata") or {}
     annotations = meta.get("annotations") or {}
     return {
@@ -124,7 +136,7 @@ def trim_child(body: Mapping[str, Any]) -> dict[str, Any]:
             "uid": meta.get("uid"),
             "resourceVersion": meta.get("resourceVersion"),
             "ownerReferences": copy.deepcopy(list(meta.get("ownerReferences") or [])),
-            "annotations": {k: v for k, v in annotations.items() if k == ANNOTATION_SPEC_HASH},
+            "annotations": {k: v for k, v in annotations.items() if k in _KEPT_ANNOTATIONS},
         },
     }
 
