@@ -91,12 +91,12 @@ def plan_cutover(
     serving = _epoch_annotation(service) or desired
     since = (((service or {}).get("metadata") or {}).get("annotations") or {}).get(ANNOTATION_KV_EPOCH_SINCE)
     held = {name: _epoch_annotation(child) or serving for name, child in slots.items()}
-    names_ = router_slots(deployment)
-    slot = next((name for name in names_ if held.get(name) == desired), None)
+    slot_names = router_slots(deployment)
+    slot = next((name for name in slot_names if held.get(name) == desired), None)
     if slot is None:
-        free = [name for name in names_ if name not in held]
-        idle = [name for name in names_ if held.get(name) != serving]
-        slot = (free or idle or [names_[0]])[0]
+        free = [name for name in slot_names if name not in held]
+        idle = [name for name in slot_names if held.get(name) != serving]
+        slot = (free or idle or [slot_names[0]])[0]
     in_use = {label or serving for label in worker_labels} | {serving}
-    kept = tuple(name for name in names_ if name != slot and held.get(name) in in_use)
+    kept = tuple(name for name in slot_names if name != slot and held.get(name) in in_use)
     return Cutover(desired, serving, since if isinstance(since, str) else None, slot, kept)

@@ -174,3 +174,32 @@ def test_operator_annotations_and_labels_that_do_not_parse_never_raise() -> None
     result = reconciler.reconcile(NS, NAME)
     assert result.plan is not None and result.plan.empty  # the replica is kept; the unparsable twin is ignored
     assert condition(fake, "Degraded")["status"] == "False"
+
+
+def test_a_kv_contract_change_starts_a_cut_over_beside_the_serving_generation() -> None:
+    """Whole passes of a prefill/decode fleet (tests/controller/test_cutover.py has each decision): the page size
+    changes, so the new epoch's routers start in the second slot and its replicas are created in full, while the
+    serving slot, the Service's selector and the serving replicas stay exactly as they were."""
+    groups = [{"name": "p", "role": "prefill", "replicas": 1, "parallelism": {"tp": 2}},
+              {"name": "d", "role": "decode", "replicas": 2, "parallelism": {}}]  # fmt: skip
+    reconciler, fake = cluster({"disaggregation": {"transferBackend": "mooncake_tcp"}, "workerGroups": groups})
+    reconciler.reconcile(NS, NAME)
+    serving = fake.objects[("Service", "chat-router")]["spec"]["selector"]["sglang.ai/kv-epoch"]
+    first = {name: fake.objects[("Pod", name)]["metadata"]["labels"]["sglang.ai/kv-epoch"] for name in pods(fake)}
+    assert len(first) == 3 and set(first.values()) == {serving}
+    slot_a = json.dumps(fake.objects[("Deployment", "chat-router")], sort_keys=True)
+
+    set_spec(fake, disaggregation={"transferBackend": "mooncake_tcp", "pageSize": 32})
+    before = len(fake.writes())
+    reconciler.reconcile(NS, NAME)
+    new_slot = fake.objects[("Deployment", "chat-router-b")]
+    epoch = new_slot["spec"]["template"]["metadata"]["labels"]["sglang.ai/kv-epoch"]
+    assert epoch != serving
+    assert json.dumps(fake.objects[("Deployment", "chat-router")], sort_keys=True) == slot_a  # kept as it was
+    assert fake.objects[("Service", "chat-router")]["spec"]["selector"]["sglang.ai/kv-epoch"] == serving
+    now = {name: fake.objects[("Pod", name)]["metadata"]["labels"]["sglang.ai/kv-epoch"] for name in pods(fake)}
+    assert {n: e for n, e in now.items() if n in first} == first  # the serving replicas are all still there
+    assert sorted(e for n, e in now.items() if n not in first) == [epoch] * 3  # the new ones, in full at once
+    assert not [c for c in fake.writes()[before:] if c.kind == "Pod" and c.verb != "create"]  # none drained
+    progressing = condition(fake, "Progressing")
+    assert progressing["reason"] == "CuttingOver" and f"stays on epoch {serving}" in progressing["message"]
