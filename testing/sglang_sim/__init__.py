@@ -34,6 +34,9 @@ Simulation knobs (environment; pods set them through `engine.env`):
                                      an 8B-class model in bf16)
     SGLANG_SIM_KV_TRANSFER_GBPS      PD: GB/s of one KV transfer (default 25); transfer time = tokens x bytes /
                                      bandwidth, scaled like every simulated duration
+    SGLANG_SIM_BOOTSTRAP_DOWN        PD fault: a prefill does not start its bootstrap server (the port refuses);
+                                     with SGLANG_SIM_BOOTSTRAP_DOWN_REPLICAS=1,2 only on those replicas
+                                     (SGLANG_SIM_REPLICA)
     SGLANG_ENABLE_HEALTH_ENDPOINT_GENERATION  SGLang's own switch: false makes /health answer at once
     SGLANG_DISAGGREGATION_BOOTSTRAP_TIMEOUT   SGLang's own (whole seconds, default 300, not scaled): a prefill aborts a
                                      room whose decode has not sent its metadata by then

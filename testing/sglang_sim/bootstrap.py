@@ -78,7 +78,9 @@ class BootstrapServer:
 
     @property
     def bound_port(self) -> int:
-        assert self._runner is not None
+        """The port it listens on (the configured one while it is not started: SGLANG_SIM_BOOTSTRAP_DOWN)."""
+        if self._runner is None:
+            return self.port
         return int(self._runner.addresses[0][1])
 
     async def close(self) -> None:

@@ -29,6 +29,7 @@ class SimKnobs:
     # Faults for the fleet doctor's tests, resolved for this pod (see `knobs_from_env`):
     slowdown: float = 1.0  # SGLANG_SIM_SLOWDOWN (>= 1): prefill and decode take this many times longer
     cache_disabled: bool = False  # SGLANG_SIM_CACHE_DISABLED: no prefix-cache hits (a cold or missing cache)
+    bootstrap_down: bool = False  # SGLANG_SIM_BOOTSTRAP_DOWN: a prefill's bootstrap server is not started
     # The replica's shape, so that worker groups of different shapes behave differently:
     slots_per_gpu: int = 0  # SGLANG_SIM_SLOTS_PER_GPU: > 0: default running requests per scheduler = this x tp
     gpu_speed: float = 1.0  # SGLANG_SIM_GPU_SPEED: prefill and decode rates x this (the GPU type; e.g. 0.5)
@@ -103,10 +104,12 @@ def _applies(env: Mapping[str, str], key: str) -> bool:
 def knobs_from_env(env: Mapping[str, str]) -> SimKnobs:
     """The knobs of this pod. SGLANG_SIM_SLOWDOWN applies where SGLANG_SIM_SLOW_REPLICAS (if set) names the pod's
     replica; the prefix cache is disabled by SGLANG_SIM_CACHE_DISABLED (where SGLANG_SIM_COLD_CACHE_REPLICAS, if set,
-    names the pod's replica)."""
+    names the pod's replica); a prefill's bootstrap server is not started with SGLANG_SIM_BOOTSTRAP_DOWN (where
+    SGLANG_SIM_BOOTSTRAP_DOWN_REPLICAS, if set, names the pod's replica)."""
     d = SimKnobs()
     slowdown = _float(env, "SGLANG_SIM_SLOWDOWN", d.slowdown, 1.0)
     cache_disabled = env.get("SGLANG_SIM_CACHE_DISABLED", "").strip().lower() not in FALSY
+    bootstrap_down = env.get("SGLANG_SIM_BOOTSTRAP_DOWN", "").strip().lower() not in FALSY
     return SimKnobs(
         startup_seconds=_float(env, "SGLANG_SIM_STARTUP_SECONDS", d.startup_seconds, 0.0),
         prefill_tokens_per_s=_float(env, "SGLANG_SIM_PREFILL_TOKENS_PER_S", d.prefill_tokens_per_s, 0.0, True),
@@ -122,6 +125,7 @@ def knobs_from_env(env: Mapping[str, str]) -> SimKnobs:
         health_generation=env.get("SGLANG_ENABLE_HEALTH_ENDPOINT_GENERATION", "true").strip().lower() not in FALSY,
         slowdown=slowdown if _applies(env, "SGLANG_SIM_SLOW_REPLICAS") else 1.0,
         cache_disabled=cache_disabled and _applies(env, "SGLANG_SIM_COLD_CACHE_REPLICAS"),
+        bootstrap_down=bootstrap_down and _applies(env, "SGLANG_SIM_BOOTSTRAP_DOWN_REPLICAS"),
         slots_per_gpu=_int(env, "SGLANG_SIM_SLOTS_PER_GPU", d.slots_per_gpu, 0),
         gpu_speed=_float(env, "SGLANG_SIM_GPU_SPEED", d.gpu_speed, 0.0, True),
         kv_bytes_per_token=_float(env, "SGLANG_SIM_KV_BYTES_PER_TOKEN", d.kv_bytes_per_token, 0.0),

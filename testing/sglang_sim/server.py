@@ -170,7 +170,13 @@ class Simulator:
         self._runner = web.AppRunner(build_app(self.ctx), access_log=None, shutdown_timeout=drain)
         await self._runner.setup()
         await web.TCPSite(self._runner, self.args.host, self.args.port).start()
-        if self.bootstrap is not None:
+        if self.bootstrap is not None and self.knobs.bootstrap_down:
+            log.warning(
+                "Simulated fault (SGLANG_SIM_BOOTSTRAP_DOWN): the bootstrap server is not started; %s:%d refuses "
+                "connections, so no decode server can fetch this prefill's KV",
+                self.bootstrap.host, self.bootstrap.port,
+            )  # fmt: skip
+        elif self.bootstrap is not None:
             try:
                 await self.bootstrap.start()
             except OSError as e:

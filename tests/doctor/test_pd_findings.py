@@ -93,7 +93,14 @@ def test_a_ready_prefill_whose_bootstrap_port_refuses_is_reported_with_the_probe
         f"refused); the replica is Ready and router pod(s) {ROUTER} list it, so every request they pair with it fails"
     )
     assert "--disaggregation-bootstrap-port 8998" in found[0].action and "mooncake" in found[0].action
-    assert f"delete pod {PREFILL}" in found[0].action
+    assert "RDMA device" in found[0].action and f"delete pod {PREFILL}" in found[0].action
+
+
+def test_the_bootstrap_action_names_no_rdma_device_for_the_tcp_backend() -> None:
+    tcp = replace(SPEC, transfer_backend="mooncake_tcp")
+    prefill = pod(PREFILL, "prefill", launch=tcp)
+    found = bootstrap_unreachable(fleet(prefill, *PODS[1:], bootstrap=(REFUSED,))) or []
+    assert "mooncake_tcp transfer backend" in found[0].action and "RDMA" not in found[0].action
 
 
 def test_a_prefill_no_router_lists_is_still_reported_and_an_answering_one_is_not() -> None:
@@ -125,11 +132,17 @@ def test_rendezvous_failures_rising_on_a_router_pod_are_reported_by_leg_and_phas
     assert found is not None and [(c.type, c.subject) for c in found] == [("RendezvousFailures", ROUTER)]
     assert found[0].evidence == (
         f"smg_pd_rendezvous_failures_total rose by 4 over 600s on router pod {ROUTER}: 1 in phase transfer (decode "
-        "leg), 3 in phase probe (prefill leg); each failure is a request whose prefill and decode did not complete "
-        "the KV handoff"
+        "leg), 3 in phase probe (prefill leg); each failure in another phase is a request whose prefill and decode "
+        "did not complete the KV handoff"
     )
     assert "phase probe: a prefill's bootstrap port refused" in found[0].action
     assert "phase transfer: the KV handoff failed" in found[0].action
+
+
+def test_probe_failures_alone_are_refused_registrations_not_requests() -> None:
+    found = rendezvous_failures(metrics(rendezvous_failures={(ROUTER, "prefill", "probe"): 2.0}), fleet()) or []
+    assert found[0].evidence.endswith("each failure is a registration whose bootstrap port refused smg's probe, "
+                                      "not a request")  # fmt: skip
 
 
 def test_no_rise_or_extrapolation_noise_is_no_finding_and_an_unread_counter_is_unknown() -> None:

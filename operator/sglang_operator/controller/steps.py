@@ -2,8 +2,9 @@
 
 The pass (`reconcile.Reconciler`) is a chain: children -> observe -> decide -> sync routers -> switch -> apply
 replicas -> report. Each step returns a frozen value that the next steps read; none edits what an earlier step
-decided. The pure ones live here: `decide` (each group's plan, who is routed, who is in the InferencePool), `drains_now` (which
-planned drains start after the routers' removals), `observations` (what status reports of each group).
+decided. The pure ones live here: `decide` (each group's plan, who is routed, who is in the InferencePool),
+`drains_now` (which planned drains start after the routers' removals), `observations` (what status reports of each
+group).
 """
 
 from collections.abc import Mapping

@@ -105,11 +105,13 @@ def bootstrap_unreachable(facts: FleetFacts) -> list[Candidate] | None:
 def _bootstrap_action(probe: BootstrapProbe, pod: PodFacts | None) -> str:
     port = urlsplit(probe.url).port
     backend = pod.launch.transfer_backend if pod is not None and pod.launch.transfer_backend else "its"
+    # mooncake_tcp moves KV over TCP: no RDMA device to check (an unknown backend may be either).
+    device = "" if backend == "mooncake_tcp" else " (RDMA device, --disaggregation-ib-device)"
     return (
         f"decode servers fetch this prefill's KV through its bootstrap server (--disaggregation-bootstrap-port "
         f"{port}), which the server starts with the {backend} transfer backend: check the pod's log for the "
-        "bootstrap server and the transfer backend (RDMA device, --disaggregation-ib-device) and that nothing else "
-        f"holds the port; delete pod {probe.pod} to restart it"
+        f"bootstrap server and the transfer backend{device} and that nothing else holds the port; delete pod "
+        f"{probe.pod} to restart it"
     )
 
 
@@ -153,12 +155,20 @@ def rendezvous_failures(metrics: ReplicaMetrics | None, facts: FleetFacts) -> li
                 "RendezvousFailures",
                 router,
                 f"smg_pd_rendezvous_failures_total rose by {max(1, round(total))} over {metrics.window_seconds}s on "
-                f"router pod {router}: {parts}; each failure is a request whose prefill and decode did not complete "
-                "the KV handoff",
+                f"router pod {router}: {parts}; {_failure_meaning(phases)}",
                 action,
             )
         )
     return found
+
+
+def _failure_meaning(phases: list[str]) -> str:
+    """What the counted failures are: a probe failure is a registration whose bootstrap port refused smg's probe
+    (no request involved); any other phase is a request whose legs did not complete the KV handoff."""
+    if phases == ["probe"]:
+        return "each failure is a registration whose bootstrap port refused smg's probe, not a request"
+    meaning = "each failure in another phase is a request whose prefill and decode did not complete the KV handoff"
+    return meaning if "probe" in phases else meaning.replace(" in another phase", "")
 
 
 # -- skew between the roles ------------------------------------------------------------------------------------------
