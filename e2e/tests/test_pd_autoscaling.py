@@ -99,6 +99,10 @@ def pd_autoscaled(prometheus_url: str) -> dict[str, Any]:
         "windows": {"rateSeconds": RATE_S, "slotTimeSeconds": RATE_S, "burstSeconds": BURST_S,
                     "peakLookbackSeconds": LOOKBACK_S, "scaleDownStabilizationSeconds": DOWN_WINDOW_S,
                     "metricsMaxAgeSeconds": 20},
+        # The bursty-traffic rule's windows compressed like the others (each role gets the rule): a burst from idle
+        # is bursty, and the rule then holds the role's busiest reading for its scale-down window.
+        "burstyTraffic": {"rateSeconds": 60, "burstSeconds": BURST_S, "peakLookbackSeconds": LOOKBACK_S,
+                          "scaleDownStabilizationSeconds": DOWN_WINDOW_S},
         "targets": {"prefillTokensPerSecondPerGPU": PREFILL_RATE // 2},  # tp=2
     }  # fmt: skip
     return doc

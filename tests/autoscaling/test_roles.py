@@ -31,7 +31,7 @@ from sglang_operator.prometheus.client import Queries, Target, connect
 from sglang_operator.prometheus.roles import RoleQueries, RoleSamples, read_role_samples
 from sglang_operator.settings import DefaultPrometheus, OperatorSettings
 from tests.autoscaling.test_tenant_headers import RecordingWriter
-from tests.prometheus.test_client import FakePrometheus, vector
+from tests.prometheus.test_client import FakePrometheus, matrix, vector
 
 NOW = 10_000.0
 STATUS: dict[str, Any] = {
@@ -129,7 +129,11 @@ def test_the_spec_rate_replaces_the_measured_one_and_counts_gpus() -> None:
 
 
 def test_the_bootstrap_queue_raises_prefill() -> None:
-    decision = decide({"prefill": prefill(bootstrap_queued=5000.0), "decode": decode()})
+    # 5,000 there at every scrape of the last burstSeconds (the persisted reading; tests/autoscaling/test_role_rules.py
+    # has a queue one scrape caught)
+    decision = decide(
+        {"prefill": prefill(bootstrap_queued=5000.0, bootstrap_queued_persisted=5000.0), "decode": decode()}
+    )
     # (5,000 - 2 per ready replica) x 2,000 tokens / (32,000 tokens/s x 120 s start-up) = 2.6 on top of 1
     assert decision.groups["p"] == 4
     assert decision.roles["prefill"].signal == "bootstrapQueue"
@@ -145,7 +149,9 @@ def test_kv_usage_latency_and_the_prealloc_queue_raise_decode() -> None:
     fast = decide({"prefill": prefill(), "decode": decode(inter_token_latency=0.04)}, spec)
     assert fast.roles["decode"].signal == "concurrency"  # under its target, latency asks for nothing
     # 100 awaiting KV memory, each staying 200 s (20 running / 0.1 finished per second): (100 - 4) / 32 = 3 more
-    queued = decide({"prefill": prefill(), "decode": decode(prealloc_queued=100.0, requests=0.1)})
+    queued = decide(
+        {"prefill": prefill(), "decode": decode(prealloc_queued=100.0, prealloc_queued_persisted=100.0, requests=0.1)}
+    )
     assert (queued.groups["d"], queued.roles["decode"].signal) == (4, "preallocQueue")
     assert queued.groups["p"] == 1
 
@@ -292,7 +298,10 @@ def _m(role: str) -> str:
     return f'namespace="team-a",sglang_deployment="chat",sglang_component="worker",engine_type="{role}"'
 
 
+PREFILL_TREND = "[120s])) or vector(0)))[600s:15s]"  # the series queries (a matrix), matched before the others
+DECODE_TREND = "[120s:15s]))[600s:15s]"
 PD_PROMETHEUS = {
+    PREFILL_TREND: matrix([(NOW - 60, 70_000.0), (NOW, 80_000.0)]),
     "max_over_time((sum(rate(sglang:prompt_tokens_total": vector(90_000.0),
     "sglang:prompt_tokens_total": vector(80_000.0),
     f"e2e_request_latency_seconds_sum{{{_m('prefill')}}}": vector(2.0),
@@ -345,6 +354,7 @@ def test_an_optional_query_that_fails_leaves_its_term_out_and_says_so(
     fake: FakePrometheus, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     fake.rules = {
+        DECODE_TREND: matrix([(NOW - 60, 18.0), (NOW, 20.0)]),
         "token_usage": (500, {"status": "error", "error": "boom"}),
         f"timestamp(sglang:num_running_reqs{{{_m('decode')}}}": vector(2.0),
         "avg_over_time((sum(sglang:num_running_reqs": vector(20.0),
@@ -352,6 +362,7 @@ def test_an_optional_query_that_fails_leaves_its_term_out_and_says_so(
     }
     reading = read_role_samples(connect(fake.url, 2), Target("team-a", "chat"), "decode", parse_windows(), now=NOW)
     assert reading.samples is not None and reading.samples.running_mean == 20.0
+    assert reading.samples.trend == ((NOW - 60, 18.0), (NOW, 20.0))
     assert reading.samples.token_usage is None
     assert reading.error == "decode token_usage query failed: HTTP 500"
     decided = decide({"prefill": prefill(), "decode": reading.samples})

@@ -7,7 +7,7 @@ How one decision is made (docs/autoscaling.md has the reasons, docs/autoscaling-
 1. Missing or stale metrics hold the current count (never scale down on no data).
 2. Bursty traffic (the busiest short-window rate of the last minutes is `burstyTraffic.threshold` x the mean rate or
    more) switches to that rule's constants: bursts that short end before a replica started for them is ready, so
-   the fleet is sized for the busiest rate and held, instead of following the current rate (`_regime`).
+   the fleet is sized for the busiest rate and held, instead of following the current rate (`bursty_rule`).
 3. Steady demand, in fractional replicas: the capacity rule Q x T x (1 + headroom) / C, with Q the largest of the
    stable rate (with headroom), the peak short-window rate of the recent past (with burst headroom) and the burst
    envelope (with burst headroom), and T the time a request holds a slot. The envelope is the busiest short-window
@@ -97,24 +97,34 @@ def decide(
 
     blocks = update_envelope(envelope, samples, now)
     burst_envelope = envelope_qps(blocks, now) if (samples.qps or 0.0) > 0 else 0.0  # idle: nothing to hold for
-    fall = declining_slope(samples.qps_trend)
-    if fall is None:
-        rule, rates, regime = _regime(spec, samples)
-    else:  # the older, higher rates of a decline are no bursts: not held, not peaks, not a bursty regime
-        burst_envelope = 0.0
-        rule, rates, regime = spec, samples.with_fields(qps_peak=samples.qps_burst), None
-    slope = None if regime else sustained_slope(samples.qps_trend, spec.sustained_rise)
-    demand = _demand(
-        current, rates, rule, slope, burst_envelope * (1.0 + spec.targets.burst_headroom) * ENVELOPE_MARGIN, fall
+    chosen = select_rule(
+        spec,
+        Load(samples.qps, samples.qps_burst, samples.qps_peak),
+        Load(samples.bursty_qps, samples.bursty_qps_burst, samples.bursty_qps_peak),
+        samples.qps_trend,
     )
-    if regime:
-        demand = replace(demand, why=f"{regime}; {demand.why}")
+    if chosen.falling is not None:  # the older, higher rates of a decline are no bursts: the envelope is not held
+        burst_envelope = 0.0
+    rule, load = chosen.spec, chosen.load
+    rates = samples.with_fields(qps=load.stable, qps_burst=load.burst, qps_peak=load.peak)
+    demand = _demand(
+        current,
+        rates,
+        rule,
+        chosen.rising,
+        burst_envelope * (1.0 + spec.targets.burst_headroom) * ENVELOPE_MARGIN,
+        chosen.falling,
+    )
+    if chosen.bursty:
+        demand = replace(demand, why=f"{chosen.bursty}; {demand.why}")
     steady = tolerate(demand.steady, current.desired, rule)
     recommendation = max(steady, tolerate(demand.steady + demand.backlog, current.desired, rule))
     memory = prune_history((*memory, Recommendation(now, steady)), now, spec)
     panic = _panic(current, rates, rule)
     mode: Mode = "panic" if panic and recommendation > current.desired else "normal"
-    down_window, quiet = _scale_down_window(current, rates, rule)
+    down_window, quiet = quiet_window(
+        current.ready, samples.qps_trend, samples.slo_miss_ratio, samples.queued_peak, rule
+    )
     target, how = stabilise(current.desired, recommendation, memory, rule, now, mode, demand.in_flight, down_window)
     if quiet and target < current.desired:
         how += f" ({quiet}: {down_window}s window)"
@@ -229,21 +239,75 @@ def _metrics_problem(current: FleetState, samples: Samples | None, spec: Autosca
     return None
 
 
-def _regime(spec: AutoscalingSpec, samples: Samples) -> tuple[AutoscalingSpec, Samples, str | None]:
-    """The spec and rates to decide with: the bursty-traffic rule's when its busiest short-window rate is at least
-    `threshold` x its mean rate, else the spec and samples as they are (None: not bursty).
+@dataclass(frozen=True)
+class Load:
+    """Demand in one measure over the policy's three windows: req/s for a colocated fleet, a role's own measure for
+    a prefill/decode fleet (`roles.py`). None: no reading."""
+
+    stable: float | None
+    """Over the stable window (`windows.rateSeconds`; the bursty rule's `rateSeconds` for its load)."""
+    burst: float | None
+    """The latest short window (`burstSeconds`): the newest reading, which the peak's subquery may not reach yet."""
+    peak: float | None
+    """The busiest short window of the lookback (`peakLookbackSeconds`)."""
+
+
+@dataclass(frozen=True)
+class Rule:
+    """What `select_rule` chose: the constants and the load to size with, and why."""
+
+    spec: AutoscalingSpec
+    """The spec, or the bursty-traffic rule's constants in its place (`bursty_rule`)."""
+    load: Load
+    bursty: str | None
+    """Why the traffic counts as bursty (None: it does not)."""
+    rising: float | None
+    """A sustained rise's slope per second (`sustained_slope`), to project the stable load along; None: none."""
+    falling: float | None
+    """A steady decline's slope per second (`declining_slope`, negative); None: none."""
+
+
+def select_rule(
+    spec: AutoscalingSpec,
+    load: Load,
+    bursty_load: Load,
+    trend: Sequence[tuple[float, float]] | None,
+    unit: str = "req/s",
+) -> Rule:
+    """The rule to decide with, from the load over the policy's windows, over the bursty rule's windows, and the
+    stable load's series (`trend`). Pure; a colocated fleet's decision and each role's (`roles.py`) call it.
+
+    - A steady decline (`declining_slope`): the older, higher readings are no bursts, so the peak is the latest
+      short window and the bursty rule is off (the caller leaves the burst envelope out too).
+    - Else bursty traffic (`bursty_rule`): the bursty rule's constants and its load.
+    - Else the spec, with a sustained rise's slope when there is one (`sustained_slope`).
+    """
+    fall = declining_slope(trend)
+    if fall is None:
+        bursty = bursty_rule(spec, bursty_load.stable, bursty_load.peak, unit)
+        if bursty is not None:
+            return Rule(bursty[0], bursty_load, bursty[1], None, None)
+    else:
+        load = replace(load, peak=load.burst)
+    return Rule(spec, load, None, sustained_slope(trend, spec.sustained_rise), fall)
+
+
+def bursty_rule(
+    spec: AutoscalingSpec, mean: float | None, peak: float | None, unit: str = "req/s"
+) -> tuple[AutoscalingSpec, str] | None:
+    """The bursty-traffic rule's constants and why, when its busiest short-window reading (`peak`) is at least
+    `threshold` x its mean (`mean`); None: not bursty (or the rule is off, or a reading is missing).
 
     The bursty rule is the same policy with other constants, so every other part (backlog, panic, bounds, the
-    memory) behaves alike in both: its rates stand in for the steady ones, its tolerance is the band above the count
-    (the band below keeps the steady value: hysteresis), no headroom is added to the busiest rate, and its
+    memory) behaves alike in both: its load stands in for the steady one, its tolerance is the band above the count
+    (the band below keeps the steady value: hysteresis), no headroom is added to the busiest reading, and its
     scale-down window replaces the full one.
     """
     rule = spec.bursty_traffic
-    mean, peak = samples.bursty_qps, samples.bursty_qps_peak
     if not rule.enabled or mean is None or peak is None or not (usable(mean) and usable(peak)):
-        return spec, samples, None
+        return None
     if mean <= 0 or peak < rule.threshold * mean:
-        return spec, samples, None
+        return None
     below = spec.scale_down_tolerance if spec.scale_down_tolerance is not None else spec.tolerance
     bursty = spec.model_copy(
         update={
@@ -255,8 +319,18 @@ def _regime(spec: AutoscalingSpec, samples: Samples) -> tuple[AutoscalingSpec, S
             ),
         }
     )
-    rates = samples.with_fields(qps=mean, qps_burst=samples.bursty_qps_burst, qps_peak=peak)
-    return bursty, rates, f"bursty traffic (peak {peak:.3g} req/s is {peak / mean:.1f} x the mean {mean:.3g})"
+    return bursty, f"bursty traffic (peak {_fmt(peak)} {unit} is {peak / mean:.1f} x the mean {_fmt(mean)})"
+
+
+def _fmt(value: float) -> str:
+    return f"{value:.3g}" if abs(value) < 1000 else f"{value:.0f}"
+
+
+def project(stable: float, slope: float, spec: AutoscalingSpec) -> tuple[float, float]:
+    """(the stable load projected along a sustained rise, seconds ahead): `sustainedRise.projection` x `slope` over
+    the start-up delay plus the stable window's lag (half its length)."""
+    lead = spec.startup_seconds + spec.windows.rate_seconds / 2
+    return stable + spec.sustained_rise.projection * slope * lead, lead
 
 
 def sustained_slope(trend: Sequence[tuple[float, float]] | None, rule: SustainedRise) -> float | None:
@@ -348,8 +422,7 @@ def _demand(
         why = f"{qps:.3g} req/s falling {-60 * fall:.3g} req/s per minute"
         parts["fallingQpsPerMinute"] = -60 * fall
     if slope is not None:
-        lead = spec.startup_seconds + spec.windows.rate_seconds / 2
-        projected = qps + spec.sustained_rise.projection * slope * lead
+        projected, lead = project(qps, slope, spec)
         why = f"{qps:.3g} req/s rising {60 * slope:.3g} req/s per minute, {projected:.3g} req/s in {lead:.0f}s"
         parts["projectedQps"] = qps = projected
     if slot:
@@ -399,8 +472,15 @@ def _panic(current: FleetState, samples: Samples, spec: AutoscalingSpec) -> bool
     return demand >= spec.panic_threshold * current.ready
 
 
-def _scale_down_window(current: FleetState, samples: Samples, spec: AutoscalingSpec) -> tuple[int, str | None]:
-    """The scale-down window, and why the fleet counts as quiet when it is the shorter quiet one (else None).
+def quiet_window(
+    ready: int,
+    trend: Sequence[tuple[float, float]] | None,
+    slo_miss_ratio: float | None,
+    queued_peak: float | None,
+    spec: AutoscalingSpec,
+) -> tuple[int, str | None]:
+    """The scale-down window, and why the fleet (or a role: `roles.py`) counts as quiet when it is the shorter quiet
+    one (else None). `trend` is the stable load's series, `queued_peak` the most queued at once over the lookback.
 
     The full window keeps capacity through the gaps between bursts that hurt and through the troughs of periodic
     traffic. A fleet is quiet when, over the last `quietLookbackSeconds`, it met its SLO (at most `slo.quietMissRatio`
@@ -412,15 +492,14 @@ def _scale_down_window(current: FleetState, samples: Samples, spec: AutoscalingS
     windows = spec.windows
     full, lookback = windows.scale_down_stabilization_seconds, windows.quiet_lookback_seconds
     quiet = min(full, windows.quiet_scale_down_seconds)
-    if current.ready == 0 or largest_rise(samples.qps_trend, lookback) > windows.quiet_max_rise:
+    if ready == 0 or largest_rise(trend, lookback) > windows.quiet_max_rise:
         return full, None
-    ratio, slo = samples.slo_miss_ratio, spec.slo
-    if slo.enabled and ratio is not None and usable(ratio):
-        if ratio <= slo.quiet_miss_ratio:
-            return quiet, f"{100 * ratio:.3g}% of requests waited over {slo.queue_seconds:g}s in {lookback}s"
+    slo = spec.slo
+    if slo.enabled and slo_miss_ratio is not None and usable(slo_miss_ratio):
+        if slo_miss_ratio <= slo.quiet_miss_ratio:
+            return quiet, f"{100 * slo_miss_ratio:.3g}% of requests waited over {slo.queue_seconds:g}s in {lookback}s"
         return full, None
-    peak = samples.queued_peak
-    if peak is not None and usable(peak) and peak <= spec.targets.queue_per_replica * current.ready:
+    if queued_peak is not None and usable(queued_peak) and queued_peak <= spec.targets.queue_per_replica * ready:
         return quiet, f"no queue in {lookback}s"
     return full, None
 

@@ -2,19 +2,31 @@
 the role's groups as `fleet_split` splits a colocated fleet. Pure.
 
 A role decides in units of its first group's replica, within its groups' bounds summed (`unit_bounds`), with the
-colocated policy's tolerance, scale-up step, panic and scale-down window (`policy`), and its own memory:
+colocated policy's tolerance, scale-up step, panic, and its rules over the role's own measure and history
+(`policy.select_rule`: bursty traffic, a sustained rise, a steady decline; `policy.quiet_window`: the quiet
+scale-down window), and its own memory:
 
 - **prefill**: uncached prompt tokens per second (prompt minus cached tokens, summed over the prefill servers) over
   what one replica prefills per second: `targets.prefillTokensPerSecondPerGPU` x its GPUs, else measured, C x
   uncached tokens per request / the time a request holds a prefill slot (the capacity rule in tokens: Q x T / C).
-  The stable rate carries `targets.headroom`, the busiest short-window rate `targets.burstHeadroom`. Raised by its
-  queue and its bootstrap queue beyond `targets.queuePerReplica` per ready replica: extra replicas that prefill
-  them within one start-up delay.
-- **decode**: running requests (the mean over the rate window with headroom, the busiest of the lookback with burst
-  headroom) over C, raised by KV-cache usage (ready x `sglang:token_usage` / `targets.decodeTokenUsage`), by the
-  mean inter-token latency above `targets.interTokenLatencySeconds` (ready x latency / target), and by its prealloc
-  and waiting queues beyond `targets.queuePerReplica` per ready replica (each holds a slot for the time a request
-  stays, running requests / finished requests per second, at most a start-up delay's worth).
+  The stable rate carries `targets.headroom`, the busiest short-window rate (the latest one included)
+  `targets.burstHeadroom`. Raised by its queue and its persisted bootstrap queue beyond `targets.queuePerReplica`
+  per ready replica: extra replicas that prefill them within one start-up delay.
+- **decode**: running requests (the mean over the rate window with headroom, the most of the lookback or now with
+  burst headroom) over C, raised by KV-cache usage (ready x `sglang:token_usage` / `targets.decodeTokenUsage`), by
+  the mean inter-token latency above `targets.interTokenLatencySeconds` (ready x latency / target), and by its
+  persisted prealloc queue and its waiting queue beyond `targets.queuePerReplica` per ready replica (each holds a
+  slot for the time a request stays, running requests / finished requests per second, at most a start-up delay's
+  worth).
+
+A handshake queue (prefill's bootstrap, decode's prealloc) raises its role only by what persisted over the last
+`burstSeconds` (`RoleSamples.*_persisted`): the first handshakes of a burst hold requests there for milliseconds,
+and one scrape that catches them is not a shortage.
+
+Each role's measure (uncached tokens/s, running requests) takes the place of the colocated fleet's request rate in
+the policy's rules: read over the bursty rule's windows it switches the role to that rule's constants; its series
+(`RoleSamples.trend`) is projected along a sustained rise, read for a steady decline, and, with the role's SLO
+reading and queue peak, decides whether the role is quiet (then its surplus goes after `quietScaleDownSeconds`).
 
 A role whose signals are missing or stale holds its count; the other still moves. Then the GPU split: each role's
 units become replicas per group (`split_capacity`; decode first within `maxGPUs`, prefill in what is left), and a
@@ -32,7 +44,7 @@ from ..capacity import ceil_replicas
 from ..prometheus.roles import ROLES, RoleSamples
 from ..topology import topology
 from .fleet_split import GroupShape, Split, shapes, split_capacity, unit_bounds
-from .policy import clamp_count, prune_history, stabilise, tolerate
+from .policy import Load, Rule, clamp_count, project, prune_history, quiet_window, select_rule, stabilise, tolerate
 from .signals import FleetState, Mode, Recommendation, usable
 
 HOLD = "hold"
@@ -68,6 +80,8 @@ class RoleDemand:
     backlog_signal: str
     why: str
     parts: dict[str, float]
+    rule: Rule
+    """The policy's rule the role's measure chose (`role_rule`): its constants size and stabilise the role."""
 
 
 @dataclass(frozen=True)
@@ -135,20 +149,23 @@ def decide_role(
         demand = (
             prefill_demand(fleet, samples, spec) if fleet.role == "prefill" else decode_demand(fleet, samples, spec)
         )
-    if not isinstance(demand, RoleDemand):
+    if not isinstance(demand, RoleDemand) or samples is None:
         held = clamp_count(current.desired, low, high)
         why = f"holding {fleet.role} at {held}: {demand or 'no metrics'}"
         return RoleDecision(
             fleet.role, held, current.desired, HOLD, why, "hold", False, _observed(samples, now), memory
         )
-    steady = tolerate(demand.steady, current.desired, spec)
-    recommendation = max(steady, tolerate(demand.steady + demand.backlog, current.desired, spec))
+    rule = demand.rule.spec
+    steady = tolerate(demand.steady, current.desired, rule)
+    recommendation = max(steady, tolerate(demand.steady + demand.backlog, current.desired, rule))
     memory = prune_history((*memory, Recommendation(now, steady)), now, spec)
     wanted = demand.steady + demand.backlog
     panic = current.ready == 0 or wanted >= spec.panic_threshold * current.ready
     mode: Mode = "panic" if panic and recommendation > current.desired else "normal"
-    window = spec.windows.scale_down_stabilization_seconds
-    target, how = stabilise(current.desired, recommendation, memory, spec, now, mode, demand.in_flight, window)
+    window, quiet = quiet_window(current.ready, samples.trend, samples.slo_miss_ratio, samples.queued_peak, rule)
+    target, how = stabilise(current.desired, recommendation, memory, rule, now, mode, demand.in_flight, window)
+    if quiet and target < current.desired:
+        how += f" ({quiet}: {window}s window)"
     if current.ready == 0 and target < current.desired:
         target, how = current.desired, f"holding {current.desired} until the first replica is ready"
     signal = demand.backlog_signal if recommendation > steady else demand.signal
@@ -156,7 +173,8 @@ def decide_role(
     if units != target:
         how, signal = f"{how}, bounded to {units} (min {low}, max {high})", BOUNDS
     observed = {**_observed(samples, now), **demand.parts}
-    return RoleDecision(fleet.role, units, recommendation, signal, f"{how}: {demand.why}", mode, True, observed, memory)
+    why = demand.why if demand.rule.bursty is None else f"{demand.rule.bursty}; {demand.why}"
+    return RoleDecision(fleet.role, units, recommendation, signal, f"{how}: {why}", mode, True, observed, memory)
 
 
 def _problem(role: Role, samples: RoleSamples | None, spec: AutoscalingSpec, now: float) -> str | None:
@@ -191,25 +209,65 @@ def prefill_rate(fleet: RoleFleet, samples: RoleSamples) -> tuple[float | None, 
     return fleet.concurrency * per_request / slot, per_request
 
 
+MEASURES: dict[Role, tuple[str, str]] = {
+    "prefill": ("uncached tokens/s", "UncachedTokensPerSecond"),
+    "decode": ("running", "Running"),
+}
+"""Each role's measure: its unit in reasons, its name in `observed` keys."""
+
+
+def role_rule(role: Role, samples: RoleSamples, spec: AutoscalingSpec) -> tuple[Rule, str, dict[str, float]]:
+    """The policy's rule over the role's measure (`policy.select_rule`), with the stable load projected along a
+    sustained rise: (the rule, a sentence on the stable load, its parts for status). The reason says why the traffic
+    is bursty (`Rule.bursty`) in front of the demand's sentence (`decide_role`).
+
+    The measure's newest reading counts in its peak: prefill's latest `burstSeconds` rate, decode's running requests
+    now (the peak's subquery ends at a step boundary, up to a step before the newest scrape)."""
+    unit, key = MEASURES[role]
+    if role == "prefill":
+        load = Load(samples.uncached_tokens, samples.uncached_tokens_burst, samples.uncached_tokens_peak)
+    else:
+        load = Load(samples.running_mean, samples.running, samples.running_peak)
+    bursty = Load(samples.bursty_mean, samples.bursty_burst, samples.bursty_peak)
+    rule = select_rule(spec, load, bursty, samples.trend, unit)
+    stable = _number(rule.load.stable)
+    why, parts = f"{_fmt(stable)} {unit}", {}
+    if rule.falling is not None:
+        why = f"{why} falling {_fmt(-60 * rule.falling)} {unit} per minute"
+        parts[f"falling{key}PerMinute"] = -60 * rule.falling
+    if rule.rising is not None:
+        projected, lead = project(stable, rule.rising, spec)
+        why = f"{why} rising {_fmt(60 * rule.rising)} {unit} per minute, {_fmt(projected)} {unit} in {lead:.0f}s"
+        parts[f"projected{key}"] = projected
+        rule = replace(rule, load=replace(rule.load, stable=projected))
+    return rule, why, parts
+
+
+def _peak(load: Load) -> float:
+    """The busiest short-window reading, the newest one included (a peak's subquery may not reach it yet)."""
+    return max(_number(load.stable), _number(load.peak), _number(load.burst))
+
+
 def prefill_demand(fleet: RoleFleet, samples: RoleSamples, spec: AutoscalingSpec) -> RoleDemand | str:
     """Units the prefill role needs: uncached tokens per second over a unit's rate, plus its queues."""
-    targets, current = spec.targets, fleet.current
-    tokens = _number(samples.uncached_tokens)
-    peak = max(tokens, _number(samples.uncached_tokens_peak))
+    rule, why, parts = role_rule("prefill", samples, spec)
+    targets, current = rule.spec.targets, fleet.current
+    tokens, peak = _number(rule.load.stable), _peak(rule.load)
     rate, per_request = prefill_rate(fleet, samples)
-    queued, bootstrap = _number(samples.queued), _number(samples.bootstrap_queued)
+    queued, bootstrap = _number(samples.queued), _number(samples.bootstrap_queued_persisted)
     running = _number(samples.running)
-    parts = {"uncachedTokensPerSecond": tokens}
-    steady, why = 0.0, f"{_fmt(tokens)} uncached tokens/s"
+    parts["uncachedTokensPerSecond"] = _number(samples.uncached_tokens)
+    steady = 0.0
     if rate is None and tokens > 0:
         return "no prefill rate: no slot time from the prefill servers (set targets.prefillTokensPerSecondPerGPU)"
     if rate is not None:
         load = max(tokens * (1.0 + targets.headroom), peak * (1.0 + targets.burst_headroom))
         steady = load / rate
-        basis = why if load == tokens * (1.0 + targets.headroom) else f"{_fmt(peak)} uncached tokens/s peak"
-        why = f"{basis} / {_fmt(rate)} tokens/s per replica = {steady:.2f}"
+        if load != tokens * (1.0 + targets.headroom):
+            why = f"{_fmt(peak)} uncached tokens/s peak" + (f" ({why})" if rule.falling is not None else "")
+        why = f"{why} / {_fmt(rate)} tokens/s per replica = {steady:.2f}"
         parts["prefillTokensPerSecondPerReplica"] = rate
-    if max(tokens, running, queued, bootstrap) > 0 and steady < 1.0:
+    if max(tokens, running, queued, _number(samples.bootstrap_queued)) > 0 and steady < 1.0:
         steady, why = 1.0, f"{why}, 1 while requests run"
     excess = max(0.0, queued + bootstrap - targets.queue_per_replica * current.ready)
     if rate is not None and per_request is not None:
@@ -222,19 +280,19 @@ def prefill_demand(fleet: RoleFleet, samples: RoleSamples, spec: AutoscalingSpec
     parts["demandReplicas"] = steady + backlog
     backlog_signal = "bootstrapQueue" if bootstrap > queued else "queue"
     in_flight = ceil_replicas(running / fleet.concurrency)
-    return RoleDemand(steady, backlog, in_flight, "uncachedTokens", backlog_signal, why, parts)
+    return RoleDemand(steady, backlog, in_flight, "uncachedTokens", backlog_signal, why, parts, rule)
 
 
 def decode_demand(fleet: RoleFleet, samples: RoleSamples, spec: AutoscalingSpec) -> RoleDemand:
     """Units the decode role needs: the largest of its concurrency, KV usage and latency terms, plus its queues."""
-    targets, current, c = spec.targets, fleet.current, fleet.concurrency
-    mean, running = _number(samples.running_mean), _number(samples.running)
-    peak = max(mean, _number(samples.running_peak))
-    queued, prealloc = _number(samples.queued), _number(samples.prealloc_queued)
+    rule, text, parts = role_rule("decode", samples, spec)
+    targets, current, c = rule.spec.targets, fleet.current, fleet.concurrency
+    mean, peak, running = _number(rule.load.stable), _peak(rule.load), _number(samples.running)
+    queued, prealloc = _number(samples.queued), _number(samples.prealloc_queued_persisted)
     terms = {"concurrency": max(mean * (1.0 + targets.headroom), peak * (1.0 + targets.burst_headroom)) / c}
     why = {
-        "concurrency": f"{mean:.3g} running x {1 + targets.headroom:g} (peak {peak:.3g} x "
-        f"{1 + targets.burst_headroom:g}) / C {c} = {terms['concurrency']:.2f}"
+        "concurrency": f"{text} x {1 + targets.headroom:g} (peak {peak:.3g} x {1 + targets.burst_headroom:g}) / C {c}"
+        f" = {terms['concurrency']:.2f}"
     }
     usage = samples.token_usage
     if usage is not None and usable(usage) and current.ready > 0:
@@ -247,19 +305,19 @@ def decode_demand(fleet: RoleFleet, samples: RoleSamples, spec: AutoscalingSpec)
     signal = max(terms, key=lambda name: terms[name])
     steady = terms[signal]
     text = why[signal]
-    if max(mean, running, queued, prealloc) > 0 and steady < 1.0:
+    if max(_number(samples.running_mean), running, queued, _number(samples.prealloc_queued)) > 0 and steady < 1.0:
         steady, text = 1.0, f"{text}, 1 while requests run"
-    parts = {f"{name}Replicas": value for name, value in terms.items()}
+    parts.update({f"{name}Replicas": value for name, value in terms.items()})
     excess = max(0.0, queued + prealloc - targets.queue_per_replica * current.ready)
-    requests = _number(samples.requests)
-    stay = mean / requests if requests > 0 and mean > 0 else None  # Little's law: seconds a request holds a slot
+    requests, measured = _number(samples.requests), _number(samples.running_mean)
+    stay = measured / requests if requests > 0 and measured > 0 else None  # Little's law: seconds a request stays
     backlog = excess * (min(1.0, stay / max(1.0, float(spec.startup_seconds))) if stay else 1.0) / c
     if backlog > 0:
         text += f" + {prealloc:.0f} awaiting KV, {queued:.0f} queued ({backlog:.2f})"
         parts["backlogReplicas"] = backlog
     parts["demandReplicas"] = steady + backlog
     backlog_signal = "preallocQueue" if prealloc >= queued else "queue"
-    return RoleDemand(steady, backlog, ceil_replicas(running / c), signal, backlog_signal, text, parts)
+    return RoleDemand(steady, backlog, ceil_replicas(running / c), signal, backlog_signal, text, parts, rule)
 
 
 def _observed(samples: RoleSamples | None, now: float) -> dict[str, float]:
@@ -267,6 +325,7 @@ def _observed(samples: RoleSamples | None, now: float) -> dict[str, float]:
         return {}
     fields = {
         "uncachedTokensPerSecond": samples.uncached_tokens,
+        "uncachedTokensPerSecondBurst": samples.uncached_tokens_burst,
         "uncachedTokensPerSecondPeak": samples.uncached_tokens_peak,
         "requestsPerSecond": samples.requests,
         "slotSeconds": samples.slot_seconds,
@@ -275,9 +334,15 @@ def _observed(samples: RoleSamples | None, now: float) -> dict[str, float]:
         "runningPeak": samples.running_peak,
         "queued": samples.queued,
         "bootstrapQueued": samples.bootstrap_queued,
+        "bootstrapQueuedPersisted": samples.bootstrap_queued_persisted,
         "preallocQueued": samples.prealloc_queued,
+        "preallocQueuedPersisted": samples.prealloc_queued_persisted,
+        "queuedPeak": samples.queued_peak,
         "tokenUsage": samples.token_usage,
         "interTokenLatencySeconds": samples.inter_token_latency,
+        "burstyMean": samples.bursty_mean,
+        "burstyPeak": samples.bursty_peak,
+        "sloMissRatio": samples.slo_miss_ratio,
     }
     out = {key: float(value) for key, value in fields.items() if value is not None and math.isfinite(value)}
     if samples.age_seconds is not None:

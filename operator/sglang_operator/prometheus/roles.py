@@ -5,13 +5,27 @@ and tokenizer series carries, so no pod label needs relabelling for it.
 Like `client.read_samples`, nothing raises: a failed query leaves its value missing and names itself in the error.
 A role whose own essential reading (its freshness, and its main signal) failed reads as None, so that role holds
 while the other may still move.
+
+Each role's measure (prefill: uncached tokens/s; decode: running requests) is also read over the bursty-traffic
+rule's windows and as a series (`trend`), with the role's SLO reading and queue peak, so the colocated policy's
+bursty-traffic, sustained-rise, steady-decline and quiet-window rules apply to it (`autoscaling/roles.py`).
+
+Two timing details the decision depends on:
+- A subquery's points are aligned to multiples of its step by the epoch, not to the evaluation time: the newest
+  point of `max_over_time((...)[120s:15s])` is up to a step old, so a peak read that way misses the newest scrapes
+  (at a burst's start, the burst itself). The newest reading is read on its own (`uncached_tokens_burst`, `running`)
+  and the decision counts it in the peak.
+- A handshake queue (prefill's bootstrap, decode's prealloc) also holds the first requests of a burst for a few
+  milliseconds while the first KV handshakes complete. The queue that raises a role is the one that persisted: each
+  server's least reading over the last `burstSeconds` (at least two scrapes; a server with fewer has no reading),
+  summed (`*_persisted`). The raw gauge is read for status only.
 """
 
 import time
 from dataclasses import dataclass, fields, replace
 from typing import Any
 
-from ..api.spec import AutoscalingSpec, AutoscalingWindows, Role
+from ..api.spec import AutoscalingSpec, AutoscalingWindows, BurstyTraffic, Role, ServiceLevel, SustainedRise
 from ..runtime.httpcall import CallFailed
 from .client import (
     DEFAULT_TIMEOUT_SECONDS,
@@ -19,6 +33,7 @@ from .client import (
     PrometheusClient,
     Queries,
     Target,
+    _series,
     _value,
     connect,
     failure_reason,
@@ -39,22 +54,45 @@ class RoleSamples:
     running: float | None = None
     queued: float | None = None
     """`sglang:num_queue_reqs`: requests waiting for a running slot."""
+    # both roles: the role's measure (prefill: uncached tokens/s; decode: running requests) for the policy's rules
+    trend: tuple[tuple[float, float], ...] | None = None
+    """(time, the measure over `windows.rateSeconds`) over the quiet lookback, or the sustained-rise span when that
+    is longer, oldest first, by Prometheus' clock (None: no series yet)."""
+    bursty_mean: float | None = None
+    """The measure over the bursty-traffic rule's `rateSeconds` (None when that rule is disabled), ..."""
+    bursty_burst: float | None = None
+    """... over its latest `burstSeconds`, ..."""
+    bursty_peak: float | None = None
+    """... and its busiest `burstSeconds` of its `peakLookbackSeconds`."""
+    slo_miss_ratio: float | None = None
+    """Share of the role's requests admitted during `windows.quietLookbackSeconds` that waited longer than
+    `slo.queueSeconds` (None when disabled, with no requests, or with no histogram bucket at that bound)."""
+    queued_peak: float | None = None
+    """Most requests queued at once over `windows.quietLookbackSeconds`: the queue the role's backlog counts (its
+    waiting queue and its persisted handshake queue)."""
     # prefill
     uncached_tokens: float | None = None
     """Prompt tokens minus cached tokens prefilled per second, over `windows.rateSeconds`."""
+    uncached_tokens_burst: float | None = None
+    """That rate over the latest `windows.burstSeconds`."""
     uncached_tokens_peak: float | None = None
     """The busiest `windows.burstSeconds` rate of that over the last `windows.peakLookbackSeconds`."""
     slot_seconds: float | None = None
     """Mean time a request holds a prefill slot: e2e latency minus queue time on the prefill servers."""
     bootstrap_queued: float | None = None
     """Requests waiting for their KV handoff to be set up with a decode server (0.5.9-0.5.11 name it prealloc)."""
+    bootstrap_queued_persisted: float | None = None
+    """Of those, the ones there at every scrape of the last `windows.burstSeconds`: each server's least reading,
+    summed (None: no server scraped twice in that window)."""
     # decode
     running_mean: float | None = None
     """Mean running requests over `windows.rateSeconds`."""
     running_peak: float | None = None
-    """Most running requests at once over `windows.peakLookbackSeconds`."""
+    """Most running requests at once over `windows.peakLookbackSeconds` (up to a subquery step old: see above)."""
     prealloc_queued: float | None = None
     """Requests waiting for decode KV memory to be allocated for their handoff."""
+    prealloc_queued_persisted: float | None = None
+    """Of those, the ones there at every scrape of the last `windows.burstSeconds` (as `bootstrap_queued_persisted`)."""
     token_usage: float | None = None
     """Mean KV-cache usage of the decode ranks, 0..1."""
     inter_token_latency: float | None = None
@@ -85,15 +123,38 @@ class RoleQueries:
         "sum(sglang:num_prefill_bootstrap_queue_reqs{{{role}}})"
         " or sum(sglang:num_prefill_prealloc_queue_reqs{{{role}}})"
     )
+    bootstrap_queued_persisted: str = (
+        "sum(min_over_time(sglang:num_prefill_bootstrap_queue_reqs{{{role}}}[{burst}s])"
+        " unless count_over_time(sglang:num_prefill_bootstrap_queue_reqs{{{role}}}[{burst}s]) < 2)"
+        " or sum(min_over_time(sglang:num_prefill_prealloc_queue_reqs{{{role}}}[{burst}s])"
+        " unless count_over_time(sglang:num_prefill_prealloc_queue_reqs{{{role}}}[{burst}s]) < 2)"
+    )
+    """Each server's least reading over the window (raw samples, no subquery), from servers scraped at least twice
+    in it, summed: a queue there at every scrape, not a handshake one scrape caught."""
     prealloc_queued: str = "sum(sglang:num_decode_prealloc_queue_reqs{{{role}}})"
+    prealloc_queued_persisted: str = (
+        "sum(min_over_time(sglang:num_decode_prealloc_queue_reqs{{{role}}}[{burst}s])"
+        " unless count_over_time(sglang:num_decode_prealloc_queue_reqs{{{role}}}[{burst}s]) < 2)"
+    )
     token_usage: str = "avg(sglang:token_usage{{{role}}})"
     inter_token_latency: str = (
         "sum(rate(sglang:inter_token_latency_seconds_sum{{{role}}}[{rate}s]))"
         " / sum(rate(sglang:inter_token_latency_seconds_count{{{role}}}[{rate}s]))"
     )
 
-    def render(self, target: Target, role: Role, windows: AutoscalingWindows, base: Queries) -> dict[str, str]:
-        """The PromQL for each field of `RoleSamples` the role reads, essential ones first (`ESSENTIAL`)."""
+    def render(
+        self,
+        target: Target,
+        role: Role,
+        windows: AutoscalingWindows,
+        base: Queries,
+        bursty: BurstyTraffic | None = None,
+        rise: SustainedRise | None = None,
+        slo: ServiceLevel | None = None,
+    ) -> dict[str, str]:
+        """The PromQL for each field of `RoleSamples` the role reads, essential ones first (`ESSENTIAL`); the
+        `bursty_*` readings and the SLO miss ratio only when their rule is given and enabled. The `trend` series
+        covers the quiet lookback, or the sustained-rise span when that is longer (as `Queries.render`)."""
         matchers = {
             base.namespace_label: target.namespace,
             base.deployment_label: target.deployment,
@@ -113,30 +174,63 @@ class RoleQueries:
         def fill(template: str, **extra: Any) -> str:
             return template.format(**values, **extra)
 
+        quiet = max(windows.quiet_lookback_seconds, step)  # a subquery needs one step at least
+        span = quiet
+        if rise is not None and rise.enabled:  # two steps over the span, as `Queries.render` says why
+            span = max(span, rise.steps * rise.step_seconds + 2 * step)
+
+        def over(query: str, fn: str, seconds: int) -> str:
+            return f"{fn}_over_time(({query})[{seconds}s:{step}s])"
+
         running = fill(self.running)
+
+        def measure(window: int) -> str:
+            """The role's measure over `window` seconds: uncached tokens/s, or the mean running requests."""
+            return fill(self.uncached_tokens, window=window) if role == "prefill" else over(running, "avg", window)
+
+        persisted = fill(self.bootstrap_queued_persisted if role == "prefill" else self.prealloc_queued_persisted)
+        optional = {}
+        if bursty is not None and bursty.enabled:
+            optional = {
+                "bursty_mean": measure(bursty.rate_seconds),
+                "bursty_burst": measure(bursty.burst_seconds),
+                "bursty_peak": over(measure(bursty.burst_seconds), "max", bursty.peak_lookback_seconds),
+            }
+        if slo is not None and slo.enabled:
+            le = repr(float(slo.queue_seconds))
+            optional["slo_miss_ratio"] = base.slo_miss_ratio.format(workers=values["role"], quiet=quiet, le=le)
+        rules = {
+            "trend": f"({measure(windows.rate_seconds)})[{span}s:{step}s]",
+            "queued_peak": over(f"{fill(self.queued)} + ({persisted} or vector(0))", "max", quiet),
+            **optional,
+        }
         if role == "prefill":
-            burst = fill(self.uncached_tokens, window=windows.burst_seconds)
             slot_fallback = self.slot.format(**{**values, "slot": base.slot_fallback_seconds})
             return {
                 "age_seconds": fill(self.age),
-                "uncached_tokens": fill(self.uncached_tokens, window=windows.rate_seconds),
-                "uncached_tokens_peak": f"max_over_time(({burst})[{windows.peak_lookback_seconds}s:{step}s])",
+                "uncached_tokens": measure(windows.rate_seconds),
+                "uncached_tokens_burst": measure(windows.burst_seconds),
+                "uncached_tokens_peak": over(measure(windows.burst_seconds), "max", windows.peak_lookback_seconds),
                 "requests": fill(self.requests),
                 "slot_seconds": f"({fill(self.slot)}) or ({slot_fallback})",
                 "running": running,
                 "queued": fill(self.queued),
                 "bootstrap_queued": fill(self.bootstrap_queued),
+                "bootstrap_queued_persisted": persisted,
+                **rules,
             }
         return {
             "age_seconds": fill(self.age),
-            "running_mean": f"avg_over_time(({running})[{windows.rate_seconds}s:{step}s])",
-            "running_peak": f"max_over_time(({running})[{windows.peak_lookback_seconds}s:{step}s])",
+            "running_mean": measure(windows.rate_seconds),
+            "running_peak": over(running, "max", windows.peak_lookback_seconds),
             "running": running,
             "requests": fill(self.requests),
             "queued": fill(self.queued),
             "prealloc_queued": fill(self.prealloc_queued),
+            "prealloc_queued_persisted": persisted,
             "token_usage": fill(self.token_usage),
             "inter_token_latency": fill(self.inter_token_latency),
+            **rules,
         }
 
 
@@ -146,6 +240,8 @@ ESSENTIAL: dict[Role, tuple[str, ...]] = {
     "decode": ("age_seconds", "running_mean"),
 }
 """Without these a role cannot be sized: it holds (`RoleReading.samples` is None)."""
+SERIES = ("trend",)
+"""Queries whose answer is a range (a subquery): read as (time, value) points, not as one number."""
 _FIELDS = frozenset(f.name for f in fields(RoleSamples))
 
 
@@ -166,16 +262,20 @@ def read_role_samples(
     base: Queries | None = None,
     now: float | None = None,
     timeout_seconds: float = DEFAULT_TIMEOUT_SECONDS,
+    bursty: BurstyTraffic | None = None,
+    rise: SustainedRise | None = None,
+    slo: ServiceLevel | None = None,
 ) -> RoleReading:
     """One role's signals; never raises. An unreachable or slow Prometheus ends the reading at once (the remaining
     queries would wait out their timeouts too)."""
     collected_at = time.time() if now is None else now
-    promql = (queries or RoleQueries()).render(target, role, windows, base or Queries())
-    values: dict[str, float | None] = {}
+    promql = (queries or RoleQueries()).render(target, role, windows, base or Queries(), bursty, rise, slo)
+    values: dict[str, Any] = {}
     errors: list[str] = []
     for name, query in promql.items():
         try:
-            values[name] = _value(client.custom_query(query, timeout=timeout_seconds), sum)
+            result = client.custom_query(query, timeout=timeout_seconds)
+            values[name] = _series(result) if name in SERIES else _value(result, sum)
         except Exception as e:  # whatever the client or Prometheus does wrong is reported, never raised
             errors.append(f"{role} {name} query failed: {failure_reason(e, timeout_seconds)}")
             if name in ESSENTIAL[role] or (isinstance(e, CallFailed) and (e.timed_out or e.not_connected)):
@@ -183,7 +283,7 @@ def read_role_samples(
     return _reading(values, role, collected_at, "; ".join(errors) or None)
 
 
-def _reading(values: dict[str, float | None], role: Role, collected_at: float, error: str | None) -> RoleReading:
+def _reading(values: dict[str, Any], role: Role, collected_at: float, error: str | None) -> RoleReading:
     missing = [name for name in ESSENTIAL[role] if values.get(name) is None]
     if missing:
         return RoleReading(None, error or f"no series of the {role} servers in Prometheus ({', '.join(missing)})")
@@ -216,9 +316,12 @@ def fetch_role_samples(
         return PdReading({role: RoleReading(None, why) for role in ROLES})
     target = Target(namespace, name)
     roles = {
-        role: read_role_samples(client, target, role, autoscaling.windows, now=now, timeout_seconds=timeout_seconds)
+        role: read_role_samples(
+            client, target, role, autoscaling.windows, now=now, timeout_seconds=timeout_seconds,
+            bursty=autoscaling.bursty_traffic, rise=autoscaling.sustained_rise, slo=autoscaling.slo,
+        )
         for role in ROLES
-    }
+    }  # fmt: skip
     if all(reading.samples is None for reading in roles.values()):
         return PdReading(roles)
     try:
