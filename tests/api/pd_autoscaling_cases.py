@@ -26,6 +26,9 @@ PD_AUTOSCALING_CASES: list[tuple[str, str, dict[str, Any], dict[str, Any]]] = [
     ("spec.autoscaling.targets.interTokenLatencySeconds", "must be above 0",
      pd(autoscaling=_targets(interTokenLatencySeconds=0.0)),
      pd(autoscaling=_targets(interTokenLatencySeconds=0.05))),
+    ("spec.autoscaling.targets.timeToFirstTokenSeconds", "must be above 0",
+     pd(autoscaling=_targets(timeToFirstTokenSeconds=900.0)),
+     pd(autoscaling=_targets(timeToFirstTokenSeconds=0.5))),
     ("spec.autoscaling.prefillGPUShare.min", "must be at least 0 and at most 1",
      pd(autoscaling=_scaling(prefillGPUShare={"min": -0.1})), pd(autoscaling=_scaling(prefillGPUShare={"min": 0.2}))),
     ("spec.autoscaling.prefillGPUShare.max", "must be at least 0 and at most 1",
@@ -41,4 +44,7 @@ PD_AUTOSCALING_CASES: list[tuple[str, str, dict[str, Any], dict[str, Any]]] = [
     ("spec.autoscaling.targets.interTokenLatencySeconds", "applies only to a disaggregated fleet",
      {"autoscaling": _targets(interTokenLatencySeconds=0.05)},
      pd(autoscaling=_targets(interTokenLatencySeconds=0.05))),
+    ("spec.autoscaling.targets.timeToFirstTokenSeconds", "applies only to a disaggregated fleet",
+     {"autoscaling": _targets(timeToFirstTokenSeconds=0.5)},
+     pd(autoscaling=_targets(timeToFirstTokenSeconds=0.5))),
 ]  # fmt: skip

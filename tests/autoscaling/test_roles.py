@@ -156,6 +156,30 @@ def test_kv_usage_latency_and_the_prealloc_queue_raise_decode() -> None:
     assert queued.groups["p"] == 1
 
 
+def test_the_routers_time_to_first_token_raises_prefill_above_its_target() -> None:
+    spec = pd_spec(targets={"timeToFirstTokenSeconds": 0.5})
+    slow = decide({"prefill": prefill(time_to_first_token=1.4), "decode": decode()}, spec)
+    # 1 ready x 1.4 s / 0.5 s = 2.8 replicas, more than the 0.33 the uncached tokens ask for
+    assert (slow.groups["p"], slow.roles["prefill"].signal) == (3, "timeToFirstToken")
+    assert "router TTFT 1.4s vs target 0.5s on 1 ready = 2.80" in slow.roles["prefill"].reason
+    assert slow.roles["prefill"].observed["timeToFirstTokenSeconds"] == 1.4
+    assert slow.groups["d"] == 2  # decode sizes on its own signals
+    fast = decide({"prefill": prefill(time_to_first_token=0.4), "decode": decode()}, spec)
+    assert (fast.groups["p"], fast.roles["prefill"].signal) == (1, "uncachedTokens")
+    untargeted = decide({"prefill": prefill(time_to_first_token=1.4), "decode": decode()})
+    assert untargeted.roles["prefill"].signal == "uncachedTokens"  # no target: TTFT is only shown
+
+
+def test_the_time_to_first_token_is_read_from_the_fleets_routers() -> None:
+    promql = RoleQueries().render(Target("ns", "chat"), "prefill", pd_spec().autoscaling.windows, Queries())
+    query = promql["time_to_first_token"]
+    assert "smg_pd_ttft_seconds_sum" in query and 'sglang_component="router"' in query
+    assert "engine_type" not in query and 'sglang_deployment="chat"' in query
+    assert "time_to_first_token" not in RoleQueries().render(
+        Target("ns", "chat"), "decode", pd_spec().autoscaling.windows, Queries()
+    )
+
+
 def test_missing_metrics_hold_that_role_only() -> None:
     decision = decide({"prefill": None, "decode": LONG_OUTPUT})
     assert decision.groups == {"p": 1, "d": 5}

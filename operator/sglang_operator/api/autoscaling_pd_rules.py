@@ -12,6 +12,7 @@ from .spec import SGLangDeploymentSpec
 
 MAX_PREFILL_TOKENS_PER_SECOND_PER_GPU = 10_000_000
 MAX_INTER_TOKEN_LATENCY_SECONDS = 60.0
+MAX_TIME_TO_FIRST_TOKEN_SECONDS = 600.0
 
 _TARGETS = "self.autoscaling.targets"
 _SHARE = "self.autoscaling.prefillGPUShare"
@@ -59,6 +60,17 @@ AUTOSCALING_PD_RULES: tuple[Rule, ...] = (
         ),
     ),
     Rule(
+        field="spec.autoscaling.targets.timeToFirstTokenSeconds",
+        message=f"must be above 0 and at most {MAX_TIME_TO_FIRST_TOKEN_SECONDS:g}: it is the mean time to the first "
+        "token the router (smg_pd_ttft_seconds) should see, in seconds (0.5 is 500 ms).",
+        cel=f"!has({_TARGETS}.timeToFirstTokenSeconds) || ({_TARGETS}.timeToFirstTokenSeconds > 0.0 && "
+        f"{_TARGETS}.timeToFirstTokenSeconds <= {MAX_TIME_TO_FIRST_TOKEN_SECONDS:.1f})",
+        holds=lambda s: (
+            (value := s.autoscaling.targets.time_to_first_token_seconds) is None
+            or 0.0 < value <= MAX_TIME_TO_FIRST_TOKEN_SECONDS
+        ),
+    ),
+    Rule(
         field="spec.autoscaling.prefillGPUShare.min",
         message="must be at least 0 and at most 1: it is a fraction of the fleet's GPUs (0.25 is a quarter).",
         cel=f"!has({_SHARE}) || !has({_SHARE}.min) || ({_SHARE}.min >= 0.0 && {_SHARE}.min <= 1.0)",
@@ -81,6 +93,11 @@ AUTOSCALING_PD_RULES: tuple[Rule, ...] = (
         "spec.autoscaling.targets.prefillTokensPerSecondPerGPU",
         "prefill servers",
         lambda s: s.autoscaling.targets.prefill_tokens_per_second_per_gpu,
+    ),
+    _only_pd(
+        "spec.autoscaling.targets.timeToFirstTokenSeconds",
+        "router time to first token of a prefill/decode pair (its autoscaler sizes on request rate and slot time)",
+        lambda s: s.autoscaling.targets.time_to_first_token_seconds,
     ),
     _only_pd(
         "spec.autoscaling.targets.interTokenLatencySeconds",

@@ -325,6 +325,11 @@ class AutoscalingTargets(SpecModel):
         description="A disaggregated fleet's mean inter-token latency target for decode "
         "(sglang:inter_token_latency_seconds): above it, decode replicas = ready x latency / this.",
     )
+    time_to_first_token_seconds: float | None = Field(
+        default=None,
+        description="A disaggregated fleet's mean time-to-first-token target for prefill, as the router measures "
+        "it (smg_pd_ttft_seconds): above it, prefill replicas = ready x TTFT / this.",
+    )
 
 
 class AutoscalingWindows(SpecModel):

@@ -10,8 +10,9 @@ scale-down window), and its own memory:
   what one replica prefills per second: `targets.prefillTokensPerSecondPerGPU` x its GPUs, else measured, C x
   uncached tokens per request / the time a request holds a prefill slot (the capacity rule in tokens: Q x T / C).
   The stable rate carries `targets.headroom`, the busiest short-window rate (the latest one included)
-  `targets.burstHeadroom`. Raised by its queue and its persisted bootstrap queue beyond `targets.queuePerReplica`
-  per ready replica: extra replicas that prefill them within one start-up delay.
+  `targets.burstHeadroom`. Raised by the router's mean time to first token above
+  `targets.timeToFirstTokenSeconds` (ready x TTFT / target), and by its queue and its persisted bootstrap queue
+  beyond `targets.queuePerReplica` per ready replica: extra replicas that prefill them within one start-up delay.
 - **decode**: running requests (the mean over the rate window with headroom, the most of the lookback or now with
   burst headroom) over C, raised by KV-cache usage (ready x `sglang:token_usage` / `targets.decodeTokenUsage`), by
   the mean inter-token latency above `targets.interTokenLatencySeconds` (ready x latency / target), and by its
@@ -257,7 +258,7 @@ def prefill_demand(fleet: RoleFleet, samples: RoleSamples, spec: AutoscalingSpec
     queued, bootstrap = _number(samples.queued), _number(samples.bootstrap_queued_persisted)
     running = _number(samples.running)
     parts["uncachedTokensPerSecond"] = _number(samples.uncached_tokens)
-    steady = 0.0
+    steady, signal = 0.0, "uncachedTokens"
     if rate is None and tokens > 0:
         return "no prefill rate: no slot time from the prefill servers (set targets.prefillTokensPerSecondPerGPU)"
     if rate is not None:
@@ -267,6 +268,13 @@ def prefill_demand(fleet: RoleFleet, samples: RoleSamples, spec: AutoscalingSpec
             why = f"{_fmt(peak)} uncached tokens/s peak" + (f" ({why})" if rule.falling is not None else "")
         why = f"{why} / {_fmt(rate)} tokens/s per replica = {steady:.2f}"
         parts["prefillTokensPerSecondPerReplica"] = rate
+    ttft, ttft_target = samples.time_to_first_token, targets.time_to_first_token_seconds
+    if ttft_target and ttft is not None and usable(ttft) and ttft > ttft_target and current.ready > 0:
+        by_ttft = current.ready * ttft / ttft_target
+        parts["timeToFirstTokenReplicas"] = by_ttft
+        if by_ttft > steady:
+            steady, signal = by_ttft, "timeToFirstToken"
+            why = f"router TTFT {ttft:.3g}s vs target {ttft_target:g}s on {current.ready} ready = {by_ttft:.2f} ({why})"
     if max(tokens, running, queued, _number(samples.bootstrap_queued)) > 0 and steady < 1.0:
         steady, why = 1.0, f"{why}, 1 while requests run"
     excess = max(0.0, queued + bootstrap - targets.queue_per_replica * current.ready)
@@ -280,7 +288,7 @@ def prefill_demand(fleet: RoleFleet, samples: RoleSamples, spec: AutoscalingSpec
     parts["demandReplicas"] = steady + backlog
     backlog_signal = "bootstrapQueue" if bootstrap > queued else "queue"
     in_flight = ceil_replicas(running / fleet.concurrency)
-    return RoleDemand(steady, backlog, in_flight, "uncachedTokens", backlog_signal, why, parts, rule)
+    return RoleDemand(steady, backlog, in_flight, signal, backlog_signal, why, parts, rule)
 
 
 def decode_demand(fleet: RoleFleet, samples: RoleSamples, spec: AutoscalingSpec) -> RoleDemand:
@@ -340,6 +348,7 @@ def _observed(samples: RoleSamples | None, now: float) -> dict[str, float]:
         "queuedPeak": samples.queued_peak,
         "tokenUsage": samples.token_usage,
         "interTokenLatencySeconds": samples.inter_token_latency,
+        "timeToFirstTokenSeconds": samples.time_to_first_token,
         "burstyMean": samples.bursty_mean,
         "burstyPeak": samples.bursty_peak,
         "sloMissRatio": samples.slo_miss_ratio,

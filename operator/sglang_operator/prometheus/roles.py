@@ -97,6 +97,10 @@ class RoleSamples:
     """Mean KV-cache usage of the decode ranks, 0..1."""
     inter_token_latency: float | None = None
     """Mean seconds between output tokens over `windows.rateSeconds`."""
+    # prefill, from the fleet's routers
+    time_to_first_token: float | None = None
+    """Mean time to the first token of a PD request at the router (smg's `smg_pd_ttft_seconds`: the prefill leg,
+    the handoff and decode's first step) over `windows.rateSeconds`."""
 
 
 @dataclass(frozen=True)
@@ -136,6 +140,11 @@ class RoleQueries:
         "sum(min_over_time(sglang:num_decode_prealloc_queue_reqs{{{role}}}[{burst}s])"
         " unless count_over_time(sglang:num_decode_prealloc_queue_reqs{{{role}}}[{burst}s]) < 2)"
     )
+    time_to_first_token: str = (
+        "sum(rate(smg_pd_ttft_seconds_sum{{{routers}}}[{rate}s]))"
+        " / sum(rate(smg_pd_ttft_seconds_count{{{routers}}}[{rate}s]))"
+    )
+    """smg 1.13.0's histogram, on the fleet's router pods (`{routers}`)."""
     token_usage: str = "avg(sglang:token_usage{{{role}}})"
     inter_token_latency: str = (
         "sum(rate(sglang:inter_token_latency_seconds_sum{{{role}}}[{rate}s]))"
@@ -162,8 +171,11 @@ class RoleQueries:
             self.role_label: role,
         }
         step = base.step_seconds
+        routers = {**matchers, base.component_label: base.router_component}
+        del routers[self.role_label]
         values = {
             "role": label_matchers(matchers),
+            "routers": label_matchers(routers),
             "rate": windows.rate_seconds,
             "burst": windows.burst_seconds,
             "lookback": windows.peak_lookback_seconds,
@@ -217,6 +229,7 @@ class RoleQueries:
                 "queued": fill(self.queued),
                 "bootstrap_queued": fill(self.bootstrap_queued),
                 "bootstrap_queued_persisted": persisted,
+                "time_to_first_token": fill(self.time_to_first_token),
                 **rules,
             }
         return {
