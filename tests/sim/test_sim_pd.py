@@ -544,3 +544,22 @@ def test_requests_fail_while_the_prefill_is_gone_and_succeed_when_it_is_back(kit
             assert not d.stopped
 
     run(body)
+
+
+def test_the_bootstrap_down_knob_leaves_the_port_closed_on_its_replicas_only(kit: Any) -> None:
+    """The doctor's e2e fault (SGLANG_SIM_BOOTSTRAP_DOWN): the listed replica's prefill serves but its bootstrap port
+    refuses; another replica's prefill is untouched."""
+    knob = {"SGLANG_SIM_BOOTSTRAP_DOWN": "1", "SGLANG_SIM_BOOTSTRAP_DOWN_REPLICAS": "1"}
+
+    async def body() -> None:
+        async with (
+            kit.run(PREFILL, {**knob, "SGLANG_SIM_REPLICA": "1"}) as down,
+            kit.run(PREFILL, {**knob, "SGLANG_SIM_REPLICA": "0"}) as up,
+            aiohttp.ClientSession() as s,
+        ):
+            assert down.bootstrap is not None and up.bootstrap is not None
+            with pytest.raises(aiohttp.ClientConnectionError):
+                await get(s, f"http://127.0.0.1:{down.bootstrap.bound_port}/health")
+            assert await get(s, f"http://127.0.0.1:{up.bootstrap.bound_port}/health") == (200, "OK")
+
+    run(body)
