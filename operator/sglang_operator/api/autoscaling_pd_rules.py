@@ -29,6 +29,19 @@ def _only_pd(field: str, what: str, get: Callable[[SGLangDeploymentSpec], object
     )
 
 
+def _latency_target(
+    name: str, maximum: float, meaning: str, get: Callable[[SGLangDeploymentSpec], float | None]
+) -> Rule:
+    """`targets.<name>` (optional, seconds) is above 0 and at most `maximum`."""
+    target = f"{_TARGETS}.{name}"
+    return Rule(
+        field=f"spec.autoscaling.targets.{name}",
+        message=f"must be above 0 and at most {maximum:g}: {meaning}",
+        cel=f"!has({target}) || ({target} > 0.0 && {target} <= {maximum:.1f})",
+        holds=lambda s: (value := get(s)) is None or 0.0 < value <= maximum,
+    )
+
+
 AUTOSCALING_PD_RULES: tuple[Rule, ...] = (
     Rule(
         field="spec.autoscaling.targets.prefillTokensPerSecondPerGPU",
@@ -48,27 +61,18 @@ AUTOSCALING_PD_RULES: tuple[Rule, ...] = (
         cel=f"{_TARGETS}.decodeTokenUsage > 0.0 && {_TARGETS}.decodeTokenUsage <= 1.0",
         holds=lambda s: 0.0 < s.autoscaling.targets.decode_token_usage <= 1.0,
     ),
-    Rule(
-        field="spec.autoscaling.targets.interTokenLatencySeconds",
-        message=f"must be above 0 and at most {MAX_INTER_TOKEN_LATENCY_SECONDS:g}: it is the mean time between two "
-        "output tokens the decode replicas should keep to, in seconds (0.05 is 50 ms).",
-        cel=f"!has({_TARGETS}.interTokenLatencySeconds) || ({_TARGETS}.interTokenLatencySeconds > 0.0 && "
-        f"{_TARGETS}.interTokenLatencySeconds <= {MAX_INTER_TOKEN_LATENCY_SECONDS:.1f})",
-        holds=lambda s: (
-            (value := s.autoscaling.targets.inter_token_latency_seconds) is None
-            or 0.0 < value <= MAX_INTER_TOKEN_LATENCY_SECONDS
-        ),
+    _latency_target(
+        "interTokenLatencySeconds",
+        MAX_INTER_TOKEN_LATENCY_SECONDS,
+        "it is the mean time between two output tokens the decode replicas should keep to, in seconds (0.05 is 50 ms).",
+        lambda s: s.autoscaling.targets.inter_token_latency_seconds,
     ),
-    Rule(
-        field="spec.autoscaling.targets.timeToFirstTokenSeconds",
-        message=f"must be above 0 and at most {MAX_TIME_TO_FIRST_TOKEN_SECONDS:g}: it is the mean time to the first "
-        "token the router (smg_pd_ttft_seconds) should see, in seconds (0.5 is 500 ms).",
-        cel=f"!has({_TARGETS}.timeToFirstTokenSeconds) || ({_TARGETS}.timeToFirstTokenSeconds > 0.0 && "
-        f"{_TARGETS}.timeToFirstTokenSeconds <= {MAX_TIME_TO_FIRST_TOKEN_SECONDS:.1f})",
-        holds=lambda s: (
-            (value := s.autoscaling.targets.time_to_first_token_seconds) is None
-            or 0.0 < value <= MAX_TIME_TO_FIRST_TOKEN_SECONDS
-        ),
+    _latency_target(
+        "timeToFirstTokenSeconds",
+        MAX_TIME_TO_FIRST_TOKEN_SECONDS,
+        "it is the mean time to the first token the router (smg_pd_ttft_seconds) should see, in seconds (0.5 is "
+        "500 ms).",
+        lambda s: s.autoscaling.targets.time_to_first_token_seconds,
     ),
     Rule(
         field="spec.autoscaling.prefillGPUShare.min",
