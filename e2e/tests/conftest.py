@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import os
 import re
+import socket
 import uuid
 from collections.abc import Iterator
 from pathlib import Path
@@ -75,3 +76,24 @@ def operator(cluster: ClusterInfo, api_client: client.ApiClient, namespace: str)
     proc = OperatorProcess(cluster.kubeconfig, [namespace], log).start()
     yield proc
     proc.stop()
+
+
+@pytest.fixture
+def operator_with_prometheus(cluster: ClusterInfo, api_client: client.ApiClient, namespace: str) -> Iterator[str]:
+    """The operator for the test's namespace with the local Prometheus as its default URL (the doctor reads it);
+    yields the operator's own metrics URL."""
+    if cluster.prometheus_url is None:
+        pytest.fail("the local cluster runs without Prometheus; `python -m localcluster up` starts it")
+    install_crd(api_client)
+    log = cluster.state_dir / "logs" / f"operator-{namespace}.log"
+    proc = OperatorProcess(cluster.kubeconfig, [namespace], log, ["--prometheus-url", cluster.prometheus_url],
+                           metrics_port=_free_port())  # fmt: skip
+    proc.start()
+    yield proc.metrics_url
+    proc.stop()
+
+
+def _free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])

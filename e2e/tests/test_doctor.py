@@ -15,16 +15,14 @@ from __future__ import annotations
 import json
 import subprocess
 import sys
-from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
-import pytest
 import requests
 from kubernetes import client
 
 from localcluster.cluster import ClusterInfo
-from localcluster.fleet import Fleet, OperatorProcess, install_crd, steady_load
+from localcluster.fleet import Fleet, steady_load
 from localcluster.procs import wait_for
 
 CLI = str(Path(sys.executable).parent / "sglang-operator")
@@ -40,28 +38,6 @@ FAULTS = [
 ]
 DIAGNOSTICS = {"intervalSeconds": 5, "windowSeconds": 30, "appearAfter": 2, "clearAfter": 2}
 SYSTEM_PROMPT = "You are a careful assistant for a fleet of inference servers; answer briefly. " * 3
-
-
-@pytest.fixture
-def operator_with_prometheus(cluster: ClusterInfo, api_client: client.ApiClient, namespace: str) -> Iterator[str]:
-    """The operator for the test's namespace with the local Prometheus as its default URL; yields its metrics URL."""
-    if cluster.prometheus_url is None:
-        pytest.fail("the local cluster runs without Prometheus; `python -m localcluster up` starts it")
-    install_crd(api_client)
-    log = cluster.state_dir / "logs" / f"operator-{namespace}.log"
-    proc = OperatorProcess(cluster.kubeconfig, [namespace], log, ["--prometheus-url", cluster.prometheus_url],
-                           metrics_port=_free_port())  # fmt: skip
-    proc.start()
-    yield proc.metrics_url
-    proc.stop()
-
-
-def _free_port() -> int:
-    import socket
-
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
 
 
 def deployment(env: list[dict[str, Any]], diagnostics: dict[str, Any], **spec: Any) -> dict[str, Any]:

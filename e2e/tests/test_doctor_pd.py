@@ -42,16 +42,15 @@ import re
 import subprocess
 import sys
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-import pytest
 import requests
 from kubernetes import client
 
 from localcluster.cluster import ClusterInfo
-from localcluster.fleet import FAST_SIM_ENV, Fleet, OperatorProcess, generate, install_crd, load_example
+from localcluster.fleet import FAST_SIM_ENV, Fleet, generate, load_example
 from localcluster.procs import wait_for
 from sglang_operator.api.constants import DEFAULT_ROUTER_METRICS_PORT, DEFAULT_SGLANG_VERSION
 
@@ -68,19 +67,6 @@ ENV = [
 WINDOW_SECONDS = 20  # Prometheus scrapes every 5 s: a rendezvous failure stays in the window for 4 evaluations
 DIAGNOSTICS = {"intervalSeconds": 5, "windowSeconds": WINDOW_SECONDS, "appearAfter": 2, "clearAfter": 2}
 FINDING_S = 45.0  # appear or clear: 2 evaluations 5 s apart, a 5 s scrape, a busy machine
-
-
-@pytest.fixture
-def operator_with_prometheus(cluster: ClusterInfo, api_client: client.ApiClient, namespace: str) -> Iterator[None]:
-    """The operator for the test's namespace with the local Prometheus as its default URL."""
-    if cluster.prometheus_url is None:
-        pytest.fail("the local cluster runs without Prometheus; `python -m localcluster up` starts it")
-    install_crd(api_client)
-    log = cluster.state_dir / "logs" / f"operator-{namespace}.log"
-    proc = OperatorProcess(cluster.kubeconfig, [namespace], log, ["--prometheus-url", cluster.prometheus_url])
-    proc.start()
-    yield
-    proc.stop()
 
 
 # -- reading the fleet -------------------------------------------------------------------------------------------------
@@ -186,7 +172,7 @@ def warnings(fleet: Fleet) -> set[str]:
 # -- the test ----------------------------------------------------------------------------------------------------------
 def test_pd_findings_are_reported_with_their_pod_and_action_and_clear(
     cluster: ClusterInfo, api_client: client.ApiClient, core: client.CoreV1Api, namespace: str,
-    operator_with_prometheus: None,
+    operator_with_prometheus: str,
 ) -> None:  # fmt: skip
     doc = load_example("pd-small.yaml")
     doc["spec"]["engine"] = {"env": ENV}
