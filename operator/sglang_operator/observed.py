@@ -1,15 +1,17 @@
 """Typed views of the children the operator observes, built from raw Kubernetes objects. Pure."""
 
-from collections.abc import Mapping
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from datetime import datetime
-from typing import Any
+from typing import Any, TypeVar
 
 from . import names
 from .api.constants import (
     ANNOTATION_DRAINING,
     ANNOTATION_REPLICA_NODES,
     ANNOTATION_WARM,
+    COMPONENT_WORKER,
+    LABEL_COMPONENT,
     LABEL_KV_EPOCH,
     LABEL_NODE_RANK,
     LABEL_REPLICA,
@@ -125,7 +127,7 @@ def _small_int(value: object, default: int | None, low: int = 0, high: int = 10*
     return number if low <= number <= high else default
 
 
-def owned_by(obj: dict[str, Any], uid: str) -> bool:
+def owned_by(obj: Mapping[str, Any], uid: str) -> bool:
     """True when `obj` has a controller ownerReference to the object with `uid`: only such children are the
     operator's to change or delete. Same labels and name are not enough (another team's object, or a CR of the
     same name deleted and created again)."""
@@ -133,17 +135,75 @@ def owned_by(obj: dict[str, Any], uid: str) -> bool:
     return any(isinstance(ref, dict) and ref.get("uid") == uid and ref.get("controller") is True for ref in references)
 
 
-def router_pod_of(pod: Mapping[str, Any], deployment: str) -> bool:
-    """A pod of one of the CR's router Deployments: controlled by one of their ReplicaSets (named `<router>-<hash>`,
-    the hash without a dash, so the router of a CR named `<name>-router` is not taken for this one's). Labels alone
-    would let any pod of the namespace receive the router's API key and membership calls, so every component that
-    sends the router a credential (the reconciler, the doctor) selects router pods with this, not by label."""
+PodT = TypeVar("PodT", bound=Mapping[str, Any])
+
+
+def owned_workers(pods: Iterable[PodT], uid: str) -> list[PodT]:
+    """The worker pods the CR `uid` controls (`owned_by`). The worker label only narrows the candidates: any pod of
+    the namespace can carry it, so every component that acts on worker pods or calls them (the reconciler, the
+    doctor) selects them with this."""
+    return [
+        pod for pod in pods
+        if ((pod.get("metadata") or {}).get("labels") or {}).get(LABEL_COMPONENT) == COMPONENT_WORKER
+        and owned_by(pod, uid)
+    ]  # fmt: skip
+
+
+@dataclass(frozen=True)
+class SlotReplicaSet:
+    """The ReplicaSet that controls a router pod, as the pod's ownerReference names it."""
+
+    slot: str
+    """The router Deployment its name says it belongs to (`<slot>-<hash>`)."""
+    name: str
+    uid: str
+
+
+def router_replica_set(pod: Mapping[str, Any], deployment: str) -> SlotReplicaSet | None:
+    """The ReplicaSet controlling `pod` when it is named as one of the CR's router Deployments' (`<slot>-<hash>`, the
+    hash without a dash, so the router of a CR named `<name>-router` is not taken for this one's); None otherwise.
+    Only what the pod says: whether that Deployment controls the ReplicaSet is `slot_router_pods`' question (a tenant
+    can name a ReplicaSet `<name>-router-b-x`)."""
     slots = names.router_slots(deployment)
-    return any(
-        isinstance(ref, dict) and ref.get("controller") is True and ref.get("kind") == "ReplicaSet"
-        and str(ref.get("name", "")).rpartition("-")[0] in slots
-        for ref in (pod.get("metadata") or {}).get("ownerReferences") or []
-    )  # fmt: skip
+    for ref in (pod.get("metadata") or {}).get("ownerReferences") or []:
+        if not isinstance(ref, dict) or ref.get("controller") is not True or ref.get("kind") != "ReplicaSet":
+            continue
+        name, uid = ref.get("name"), ref.get("uid")
+        slot = name.rpartition("-")[0] if isinstance(name, str) else ""
+        if slot in slots and isinstance(name, str) and isinstance(uid, str) and uid:
+            return SlotReplicaSet(slot, name, uid)
+    return None
+
+
+def router_pod_of(pod: Mapping[str, Any], deployment: str) -> bool:
+    """A pod named by its controlling ReplicaSet as one of the CR's router Deployments' (`router_replica_set`).
+    Labels alone would let any pod of the namespace receive the router's API key and membership calls, so every
+    component that sends the router a credential (the reconciler, the doctor) selects router pods with this, not by
+    label; the reconciler then keeps only those whose ReplicaSet the slot's Deployment controls."""
+    return router_replica_set(pod, deployment) is not None
+
+
+def slot_router_pods(
+    pods: Iterable[PodT],
+    deployment: str,
+    slots: Mapping[str, str],
+    controllers: Mapping[str, str | None],
+) -> list[PodT]:
+    """The pods of the CR's own router Deployments: each controlled by a ReplicaSet named as a slot's
+    (`router_replica_set`) that the Deployment of that very slot controls, by uid. `slots`: the router
+    Deployments the CR owns, name -> uid; `controllers`: ReplicaSet uid -> the uid of the Deployment that controls
+    it, as read (None or absent: none, or unknown). A tenant's ReplicaSet named `<name>-router-b-<x>` is not one:
+    its pods are never read, sent the router's API key, or counted as a slot's routers (the cut-over's switch
+    check). Pure."""
+    kept = []
+    for pod in pods:
+        owner = router_replica_set(pod, deployment)
+        if owner is None or owner.slot not in slots:
+            continue
+        controller = controllers.get(owner.uid)
+        if controller is not None and controller == slots[owner.slot]:
+            kept.append(pod)
+    return kept
 
 
 def pod_epoch(pod: Mapping[str, Any]) -> str:

@@ -43,6 +43,7 @@ NAMESPACED_PERMISSIONS: dict[tuple[str, str], set[str]] = {
     ("", "pods"): {"list", "watch", "create", "patch", "delete"},
     ("", "services"): {"list", "watch", "get", "create", "patch", "delete"},
     ("apps", "deployments"): {"list", "watch", "get", "create", "patch", "delete"},
+    ("apps", "replicasets"): {"get"},  # a router pod's ReplicaSet: is it the slot Deployment's own (by uid)?
     ("", "secrets"): {"get"},
     ("", "events"): {"create"},
     ("sglang.ai", "sglangdeployments"): {"get", "list", "watch", "patch"},

@@ -8,7 +8,7 @@ Server-side apply (a patch with content type `application/apply-patch+yaml`) is 
 modelled the way the API server merges it for one field manager: the applied object's fields are set, fields the
 manager applied before and leaves out are removed, fields nobody applied (other managers') stay; lists are
 replaced whole; `metadata.uid` in the body is a precondition (409 when it differs); an apply of an absent object
-creates it.
+creates it. A delete's `preconditions.uid` (a dict or a V1DeleteOptions) is one too: 409 when it differs.
 """
 
 import json
@@ -134,15 +134,21 @@ class FakeKube:
         self._record("delete", kind, name, kwargs.get("body"), kwargs)
         if (kind, name) not in self.objects:
             raise _not_found(kind, name)
+        precondition = _precondition_uid(kwargs.get("body"))
+        if precondition is not None and precondition != self.objects[(kind, name)]["metadata"].get("uid"):
+            raise ApiException(status=409, reason="Conflict")  # "Precondition failed: UID in precondition: ..."
         del self.objects[(kind, name)]
 
     # -- CoreV1Api -------------------------------------------------------------------------------------------
-    def list_namespaced_pod(self, namespace: str, label_selector: str = "", **kw: Any) -> Any:
-        self._record("list", "Pod", "", label_selector, kw)
+    def list_namespaced_pod(self, namespace: str, label_selector: str = "", field_selector: str = "", **kw: Any) -> Any:
+        self._record("list", "Pod", "", label_selector or field_selector, kw)
         wanted = dict(pair.split("=", 1) for pair in label_selector.split(",") if pair)
+        fields = dict(pair.split("=", 1) for pair in field_selector.split(",") if pair)
+        assert set(fields) <= {"metadata.name"}, f"field selector {field_selector} not modelled"
         items = [
-            obj for (kind, _), obj in sorted(self.objects.items())
+            obj for (kind, name), obj in sorted(self.objects.items())
             if kind == "Pod" and all((obj["metadata"].get("labels") or {}).get(k) == v for k, v in wanted.items())
+            and fields.get("metadata.name", name) == name
         ]  # fmt: skip
 
         class Listed:
@@ -192,6 +198,9 @@ class FakeKube:
     def delete_namespaced_deployment(self, name: str, namespace: str, **kw: Any) -> Any:
         return self._delete("Deployment", name, kw)
 
+    def read_namespaced_replica_set(self, name: str, namespace: str, **kw: Any) -> Any:
+        return self._read("ReplicaSet", name, kw)
+
     # -- NetworkingV1Api -------------------------------------------------------------------------------------
     def read_namespaced_network_policy(self, name: str, namespace: str, **kw: Any) -> Any:
         return self._read("NetworkPolicy", name, kw)
@@ -234,6 +243,17 @@ class FakeKube:
         status.update(body["status"])
         current["metadata"]["resourceVersion"] = str(int(current["metadata"]["resourceVersion"]) + 1)
         return current
+
+
+def _precondition_uid(options: Any) -> str | None:
+    """The uid precondition of a delete's options (a dict or a V1DeleteOptions), None without one."""
+    if options is None:
+        return None
+    preconditions = options.get("preconditions") if isinstance(options, dict) else options.preconditions
+    if preconditions is None:
+        return None
+    uid = preconditions.get("uid") if isinstance(preconditions, dict) else preconditions.uid
+    return str(uid) if uid is not None else None
 
 
 def _merge_applied(live: dict[str, Any], before: dict[str, Any], applied: dict[str, Any]) -> None:

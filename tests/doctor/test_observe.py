@@ -19,11 +19,16 @@ def by_pod(**values: float | str) -> Answer:
     return 200, {"status": "success", "data": {"resultType": "vector", "result": result}}
 
 
+UID = "cr-uid"
+OWNED = [{"apiVersion": "sglang.ai/v1alpha1", "kind": "SGLangDeployment", "name": "chat", "uid": UID,
+          "controller": True}]  # fmt: skip
+
+
 def worker(name: str, replica: int, ip: str = "10.0.0.1", **status: Any) -> dict[str, Any]:
     return {
         "metadata": {"name": name, "creationTimestamp": "2027-01-15T08:00:00Z",
                      "labels": {"sglang.ai/component": "worker", "sglang.ai/replica": str(replica),
-                                "sglang.ai/node-rank": "0"}},
+                                "sglang.ai/node-rank": "0"}, "ownerReferences": OWNED},
         "spec": {"nodeName": "node-2"},
         "status": {"podIP": ip, "conditions": [
             {"type": "PodScheduled", "status": "True", "lastTransitionTime": "2027-01-15T08:00:02Z"},
@@ -110,7 +115,7 @@ def test_fleet_facts_take_policy_thresholds_urls_and_scale_ups_from_the_cr() -> 
         "autoscaling": {"enabled": True},
     })  # fmt: skip
     history = [{"time": "2027-01-15T08:00:00Z", "replicas": 1}, {"time": "2027-01-15T08:05:00Z", "replicas": 2}]
-    body = {"status": {"readyReplicas": 2, "autoscaler": {"history": history}}}
+    body = {"metadata": {"uid": UID}, "status": {"readyReplicas": 2, "autoscaler": {"history": history}}}
     router = {"metadata": {"labels": {"sglang.ai/component": "router"}}}
     facts = fleet_facts(body, spec, [worker("chat-a-0-0", 0), router], [], now=0.0)
     assert (facts.policy, facts.balance_abs_threshold, facts.balance_rel_threshold) == ("cache_aware", 8.0, 1.2)
@@ -120,3 +125,33 @@ def test_fleet_facts_take_policy_thresholds_urls_and_scale_ups_from_the_cr() -> 
     assert fleet_facts(body, spec, [other_port], [], now=0.0).pod_urls == {"chat-a-1-0": "http://10.0.0.2:31000"}
     assert [(u.before, u.after) for u in facts.scale_ups] == [(1, 2)]
     assert [p.name for p in facts.pods] == ["chat-a-0-0"] and facts.ready_replicas == 2
+
+
+LOOKALIKES = {
+    "no-owner": [],
+    "another-owner": [{**OWNED[0], "uid": "someone-else"}],
+    "not-the-controller": [{**OWNED[0], "controller": False}],
+}
+
+
+def test_fleet_facts_keep_only_the_worker_pods_the_cr_controls() -> None:
+    """Issue 37: a pod of the namespace labelled as a worker is not one: only a controller ownerReference to the
+    CR's uid makes it the fleet's (the reconciler's own test, `observed.owned_workers`)."""
+    spec = SGLangDeploymentSpec.model_validate({"model": {"path": "m"}})
+    pods = [worker("chat-a-0-0", 0)]
+    for i, owners in enumerate(LOOKALIKES.values()):
+        lookalike = worker(f"chat-a-{i + 5}-0", i + 5, ip=f"10.0.0.{i + 5}")
+        lookalike["metadata"]["ownerReferences"] = owners
+        pods.append(lookalike)
+    facts = fleet_facts({"metadata": {"uid": UID}, "status": {}}, spec, pods, [], now=0.0)
+    assert [p.name for p in facts.pods] == ["chat-a-0-0"]
+    assert facts.pod_urls == {"chat-a-0-0": "http://10.0.0.1:30000"}
+
+
+def test_the_doctor_and_the_reconciler_select_worker_pods_with_one_function() -> None:
+    from sglang_operator import observed
+    from sglang_operator.controller import reconcile
+    from sglang_operator.doctor import observe, pd_observe
+
+    assert reconcile.owned_workers is observed.owned_workers
+    assert observe.owned_workers is observed.owned_workers and pd_observe.owned_workers is observed.owned_workers

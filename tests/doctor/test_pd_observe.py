@@ -26,6 +26,7 @@ from tests.router.fakehttp import Reply, serving
 
 REPO = Path(__file__).resolve().parents[2]
 OWNER = Owner("pd-small", "team-a", "7f0c2a4e-0000-4000-8000-000000000001")
+BODY = {"metadata": {"namespace": "team-a", "name": "pd-small", "uid": OWNER.uid}, "status": {}}
 READY = [{"type": "Ready", "status": "True", "lastTransitionTime": "2027-01-15T08:01:40Z"}]
 
 
@@ -83,14 +84,14 @@ def test_a_pd_fleets_facts_carry_roles_counts_and_the_specs_launch_values() -> N
     modeless = pods["decode-1"]
     modeless["spec"]["containers"][0]["command"] = [w for w in command(modeless) if w not in ("--disaggregation-mode",
                                                                                               "decode")]  # fmt: skip
-    facts = fleet_facts({"status": {}}, spec, list(pods.values()), [], now=0.0)
+    facts = fleet_facts(BODY, spec, list(pods.values()), [], now=0.0)
     assert facts.disaggregated and facts.role_replicas == {"prefill": 1, "decode": 2}
     assert facts.launch == spec_launch(spec)
     assert {p.name: p.role for p in facts.pods} == {
         name(pods["prefill-0"]): "prefill", name(pods["decode-0"]): "decode", name(modeless): "decode"
     }  # a pod launched without a mode takes its group's role  # fmt: skip
     plain = SGLangDeploymentSpec.model_validate({"model": {"path": "m"}})
-    colocated = fleet_facts({"status": {}}, plain, [], [], now=0.0)
+    colocated = fleet_facts(BODY, plain, [], [], now=0.0)
     assert not colocated.disaggregated and colocated.role_replicas == {}
 
 
@@ -109,8 +110,8 @@ def test_bootstrap_targets_are_the_ready_serving_prefill_rank0_pods_on_their_dec
     ipv6 = copy.deepcopy(pods["prefill-0"])
     ipv6["metadata"]["name"], ipv6["status"]["podIP"] = "pd-small-prefill-x-9-0", "fd00::7"
     every = [*pods.values(), ipv6]
-    facts = fleet_facts({"status": {}}, spec, every, [], now=0.0)
-    assert bootstrap_targets(every, facts, 8998) == [
+    facts = fleet_facts(BODY, spec, every, [], now=0.0)
+    assert bootstrap_targets(every, facts, 8998, OWNER.uid) == [
         (name(pods["prefill-0"]), "http://10.0.0.1:8998/health"),
         (name(pods["prefill-1"]), "http://10.0.0.2:9100/health"),
         ("pd-small-prefill-x-9-0", "http://[fd00::7]:8998/health"),
@@ -205,7 +206,7 @@ def test_one_evaluation_of_a_pd_fleet_probes_the_prefill_and_finds_what_it_can_w
     pods = rendered(spec)
     for key in ("decode-0", "decode-1"):
         pods[key]["status"]["conditions"] = []  # decode not Ready: the router answers 503
-    body = {"metadata": {"namespace": "team-a", "name": "pd-small"}, "status": {}}
+    body = BODY
     with serving({("GET", "/health"): Reply(503, b"{}")}) as bootstrap:
         prefill = pods["prefill-0"]
         prefill["status"]["podIP"] = "127.0.0.1"
@@ -218,3 +219,28 @@ def test_one_evaluation_of_a_pd_fleet_probes_the_prefill_and_finds_what_it_can_w
     assert ("BootstrapUnreachable", name(prefill)) in found and ("RoleUnavailable", "") in found
     unknown = evaluation.diagnosis.unknown
     assert {"RendezvousFailures", "HandoffStuck", "RoleSkew"} <= set(unknown) and "BootstrapUnreachable" not in unknown
+
+
+def test_a_pod_labelled_as_a_prefill_but_not_the_crs_is_never_probed() -> None:
+    """Issue 37: the doctor probes only the bootstrap port of a pod the CR controls; a tenant's pod with the labels
+    and a prefill's command, declaring a port of its choice, receives nothing."""
+    spec = pd_spec()
+    pods = rendered(spec)
+    for pod in pods.values():
+        pod["status"]["conditions"] = []  # only the impostor is Ready
+    with serving({("GET", "/health"): Reply(200, b"OK")}) as target:
+        impostors = []
+        for i, owners in enumerate(([], [{**pods["prefill-0"]["metadata"]["ownerReferences"][0], "uid": "other"}])):
+            impostor = copy.deepcopy(pods["prefill-0"])
+            impostor["metadata"]["name"], impostor["metadata"]["ownerReferences"] = f"pd-small-prefill-x-{i}-0", owners
+            impostor["status"] = {"podIP": "127.0.0.1", "conditions": READY}
+            port = next(p for p in impostor["spec"]["containers"][0]["ports"] if p["name"] == "bootstrap")
+            port["containerPort"] = urlsplit(target.url).port
+            impostors.append(impostor)
+        every = [*pods.values(), *impostors]
+        facts = fleet_facts(BODY, spec, every, [], now=0.0)
+        assert {p.name for p in facts.pods} == {name(p) for p in pods.values()}
+        assert bootstrap_targets(every, facts, 8998, OWNER.uid) == []
+        evaluate(client.ApiClient(), BODY, spec, every, OperatorSettings(), now=1.8e9,
+                 prometheus_url="http://127.0.0.1:9", as_user=True, deadline_seconds=5)  # fmt: skip
+    assert target.requests == []

@@ -160,3 +160,52 @@ def test_every_child_kind_is_written_with_a_deadline(kind: str) -> None:
     assert w.read(ChildRef.of(child), "team-a") is not None
     w.delete_child(ChildRef.of(child), "team-a", fake.objects[(kind, child["metadata"]["name"])])
     assert w.read(ChildRef.of(child), "team-a") is None
+
+
+def pod_named(name: str, owner_uid: str = OWNER.uid) -> dict[str, Any]:
+    reference = {"apiVersion": "sglang.ai/v1alpha1", "kind": "SGLangDeployment", "name": OWNER.name,
+                 "uid": owner_uid, "controller": True}  # fmt: skip
+    return {"apiVersion": "v1", "kind": "Pod", "spec": {"containers": []},
+            "metadata": {"name": name, "namespace": "team-a", "ownerReferences": [reference]}}  # fmt: skip
+
+
+def test_a_pod_is_deleted_only_if_it_is_the_one_observed() -> None:
+    """Issue 37: a pod is deleted with its uid as the precondition, so a pod created under the same name since it
+    was observed (someone else's) is never deleted, and no deletion of it is expected."""
+    w, fake = writer()
+    observed = fake.put(pod_named("chat-0-0"))
+    w.delete_pod("team-a", "chat-0-0", observed["metadata"]["uid"])
+    assert ("Pod", "chat-0-0") not in fake.objects
+    options = fake.calls[-1].body
+    assert isinstance(options, client.V1DeleteOptions)
+    assert options.preconditions == client.V1Preconditions(uid=observed["metadata"]["uid"])
+    assert w.expected.deleted == {"chat-0-0"}
+
+    w, fake = writer()
+    replaced = pod_named("chat-0-0", owner_uid="someone-else")  # recreated under that name by someone else
+    fake.put({**replaced, "metadata": {**replaced["metadata"], "uid": "their-pod"}})
+    w.delete_pod("team-a", "chat-0-0", observed["metadata"]["uid"])
+    assert ("Pod", "chat-0-0") in fake.objects
+    assert w.expected.deleted == set()
+    w.delete_pod("team-a", "gone", "uid-x")  # deleted meanwhile: nothing to do
+    assert w.expected.deleted == {"gone"}
+
+
+def test_a_pod_name_held_by_another_owner_is_a_collision_not_a_create() -> None:
+    """Issue 37: a 409 on create is read back: a pod the pod's own CR controls (an interrupted pass made it) is
+    fine; a pod another owner holds is a name collision, never taken for the CR's."""
+    w, fake = writer()
+    assert w.create_pod(pod_named("chat-0-0")) is Outcome.CREATED
+    assert w.create_pod(pod_named("chat-0-0")) is Outcome.UNCHANGED  # ours already
+    assert w.expected.created == {"chat-0-0"}
+
+    w, fake = writer()
+    theirs = fake.put(pod_named("chat-1-0", owner_uid="someone-else"))
+    snapshot = json.dumps(theirs, sort_keys=True)
+    assert w.create_pod(pod_named("chat-1-0")) is Outcome.COLLISION
+    unowned = fake.put({**pod_named("chat-2-0"), "metadata": {"name": "chat-2-0", "namespace": "team-a"}})
+    assert w.create_pod(pod_named("chat-2-0")) is Outcome.COLLISION  # no owner at all: not ours either
+    assert json.dumps(fake.objects[("Pod", "chat-1-0")], sort_keys=True) == snapshot
+    assert fake.objects[("Pod", "chat-2-0")] == unowned
+    assert w.expected.created == set()  # nothing of ours to wait for
+    assert [c.verb for c in fake.writes("Pod")] == ["create", "create"]  # read back, never written

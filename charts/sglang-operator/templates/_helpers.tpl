@@ -75,6 +75,10 @@ Permissions on namespaced resources: exactly the API calls the operator (control
 - apiGroups: ["apps"]
   resources: ["deployments"]
   verbs: ["list", "watch", "get", "create", "patch", "delete"]
+{{- /* a router pod's ReplicaSet, read to check it belongs to the router slot's own Deployment (by uid) */}}
+- apiGroups: ["apps"]
+  resources: ["replicasets"]
+  verbs: ["get"]
 - apiGroups: [""]
   resources: ["secrets"]
   verbs: ["get"]

@@ -1,8 +1,8 @@
 """In-flight requests per replica, from the worker's `/v1/loads` (running + waiting over all DP ranks).
 
 A load is trusted only when the worker answered the documented shape. Anything else (an error status, HTML, a
-number that is not a count, a timeout) is *unknown*, and unknown is not zero: a drain waits for a known zero or for
-its `drainTimeoutSeconds`, so a busy replica is never deleted because its load could not be read.
+number that is not a count, a list of no rank, a timeout) is *unknown*, and unknown is not zero: a drain waits for a
+known zero or for its `drainTimeoutSeconds`, so a busy replica is never deleted because its load could not be read.
 
 A prefill/decode worker holds requests that running + waiting do not count: a prefill's finished prompts whose KV is
 still being sent (its inflight queue). So a prefill or decode replica's load is read from
@@ -75,13 +75,15 @@ def _disagg_counts(rank: dict[str, Any]) -> dict[str, int]:
 
 
 def counts_from_loads(payload: Any, disagg: bool = False) -> dict[str, int]:
-    """Each request count summed over all DP ranks: running and waiting, and with `disagg` the queues of the
-    `disaggregation` section (each required); ValueError for any other shape."""
+    """Each request count summed over all DP ranks (at least one): running and waiting, and with `disagg` the queues
+    of the `disaggregation` section (each required); ValueError for any other shape."""
     if not isinstance(payload, dict):
         raise ValueError(f"expected an object, got {type(payload).__name__}")
     loads = payload.get("loads")
     if not isinstance(loads, list) or not all(isinstance(rank, dict) for rank in loads):
         raise ValueError("'loads' is not a list of objects")
+    if not loads:  # a server has at least one rank: an empty list says nothing of what it holds
+        raise ValueError("'loads' lists no rank")
     totals = dict.fromkeys(CORE_COUNTS, 0)
     for rank in loads:
         counts = {key: _count(rank, key) for key in CORE_COUNTS}

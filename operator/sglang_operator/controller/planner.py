@@ -106,9 +106,10 @@ def plan_replicas(
     """`loads`: in-flight requests per replica, only where known; `unknown_loads`: why a replica's load could not
     be read (a draining replica without a known zero waits for its drain timeout); `busy_loads`: which numbers of a
     prefill/decode replica's load are not zero (the timed-out drain's event names them); `deregistered`: replicas
-    absent from every router; `off_router`: replicas absent from at least one router; `held`: old-revision replicas
-    that keep serving whatever the rollout's bounds (a prefill/decode fleet's serving generation during a cut-over,
-    `controller/cutover.py`): the new revision is created in full beside them."""
+    known to be absent from every router (every ready router pod was read and none lists them: a router that could
+    not be read leaves this empty); `off_router`: replicas absent from at least one router; `held`: old-revision
+    replicas that keep serving whatever the rollout's bounds (a prefill/decode fleet's serving generation during a
+    cut-over, `controller/cutover.py`): the new revision is created in full beside them."""
     notes = {i: f"not empty: {numbers}" for i, numbers in (busy_loads or {}).items()}
     notes |= {i: f"in-flight requests unknown: {why}" for i, why in (unknown_loads or {}).items()}
     plan = _plan_unbounded(replicas, targets, loads, deregistered, now, off_router, notes, held)

@@ -33,11 +33,11 @@ from kubernetes import client
 from kubernetes.client.exceptions import ApiException
 
 from .. import metrics, names
-from ..api.constants import ANNOTATION_DRAINING, ANNOTATION_WARM, COMPONENT_ROUTER, COMPONENT_WORKER, LABEL_COMPONENT
+from ..api.constants import ANNOTATION_DRAINING, ANNOTATION_WARM, COMPONENT_ROUTER, LABEL_COMPONENT
 from ..api.spec import SecretKeyRef
 from ..api.validation import check_pod_policy, parse_spec
 from ..kvepoch import Cutover, kv_epoch, plan_cutover
-from ..observed import owned_by, pod_epoch, router_pod_of
+from ..observed import owned_by, owned_workers, pod_epoch, router_pod_of, router_replica_set, slot_router_pods
 from ..render import Owner, replica_pods, shared_children
 from ..render.router import router_service
 from ..runtime.conditions import condition, merge_conditions
@@ -78,6 +78,10 @@ from .steps import (
 )
 
 log = logging.getLogger(__name__)
+
+REPLICA_SET_TTL_SECONDS = 60.0
+"""How long the controller of a router pod's ReplicaSet, once read, is kept (per ReplicaSet uid): a pass reads the
+ReplicaSets of its router pods once a minute at most, not once per pass."""
 
 
 @dataclass
@@ -137,10 +141,13 @@ class Reconciler:
         """`secrets`, `kinds`: the caches of Secrets and of served kinds (the process-wide ones by default)."""
         self.api = api
         self.core = client.CoreV1Api(api)
+        self.apps = client.AppsV1Api(api)
         self.writer = Writer(api)
         self.settings = settings
         self.secrets = secrets if secrets is not None else SECRETS
         self.kinds = kinds if kinds is not None else SERVED_KINDS
+        self.replica_sets = TtlCache(REPLICA_SET_TTL_SECONDS)
+        """(namespace, ReplicaSet name, uid) -> the uid of the Deployment that controls it (None: none)."""
 
     # -- entry points ------------------------------------------------------------------------------------------
     def reconcile(self, namespace: str, name: str) -> PassResult:
@@ -203,7 +210,7 @@ class Reconciler:
         sync = self._sync_routers(ctx, seen, decided)
         waiting = self._switch(ctx, seen)
         plans = {group.name: applied_plan(decided, sync, group.name) for group in seen.groups}
-        self._apply_replicas(ctx, seen, decided.members, sync, plans)
+        problems = _ordered(problems + self._apply_replicas(ctx, seen, decided.members, sync, plans))
         status = self._report(ctx, seen, decided, sync, problems, waiting)
         return PassResult(plan=merged_plan(list(plans.values())), status=status, writes=self._delta(before),
                           expected=self.writer.expected, routers_changed=sync.changed)  # fmt: skip
@@ -248,7 +255,7 @@ class Reconciler:
             with _step(f"deleting {ref}"):
                 self.writer.delete_child(ref, owner.namespace, observed[ref])
             log.info("%s/%s: deleted %s (no longer rendered)", owner.namespace, owner.name, ref)
-        return sorted(problems, key=lambda p: (p.reason != "NameCollision", p.message)), cutover
+        return _ordered(problems), cutover
 
     def _cutover(self, ctx: PassContext) -> Cutover | None:
         """A prefill/decode fleet's routers between KV epochs, from its own router Service and Deployments and its
@@ -262,7 +269,7 @@ class Reconciler:
             return child if child is not None and owned_by(child, uid) else None
 
         slots = {name: child for name in names.router_slots(ctx.name) if (child := own("Deployment", name))}
-        workers = [pod_epoch(p) for p in _component(ctx.pods, COMPONENT_WORKER) if owned_by(p, uid)]
+        workers = [pod_epoch(p) for p in owned_workers(ctx.pods, uid)]
         service = own("Service", names.router(ctx.name))
         return plan_cutover(ctx.name, kv_epoch(ctx.spec), service, slots, workers)
 
@@ -290,8 +297,7 @@ class Reconciler:
                 self.kinds.forget((owner.namespace, ref.api_version, ref.kind))
                 return unserved_problem(ref)
         if outcome is Outcome.COLLISION:
-            return Problem("NameCollision", f"{ref} exists and is not owned by this SGLangDeployment; left unchanged "
-                           "(rename or remove it)")  # fmt: skip
+            return collision_problem(ref)
         if outcome is not Outcome.UNCHANGED:
             log.info("%s/%s: %s %s", owner.namespace, owner.name, outcome.value, ref)
         return None
@@ -319,7 +325,7 @@ class Reconciler:
         servers of the prefill replicas no router lists yet."""
         spec = ctx.spec
         with _step("reading worker pods"):
-            pods = [pod for pod in _component(ctx.pods, COMPONENT_WORKER) if owned_by(pod, ctx.owner.uid)]
+            pods = owned_workers(ctx.pods, ctx.owner.uid)
         with _step("reading worker groups' scale targets"):
             scaled, verdicts = scale_target_counts(spec, ctx.name, ctx.scale_targets)
         groups = group_passes(spec, ctx.previous, pods, scaled)
@@ -334,7 +340,7 @@ class Reconciler:
         routers = None
         if spec.router.enabled:
             with _step("reading router pods"):
-                router_pods = [p for p in _component(ctx.pods, COMPONENT_ROUTER) if router_pod_of(p, ctx.name)]
+                router_pods = self._router_pods(ctx)
                 api_key = self._secret_text(
                     spec.router.api_key_secret_ref, ctx.namespace, "spec.router.apiKeySecretRef", ctx.name
                 )
@@ -348,6 +354,47 @@ class Reconciler:
             ports = prefill_ports(groups, ctx.pods_by_name, spec.disaggregation.bootstrap_port)
             answered = probe_bootstrap(to_probe(groups, ports, seen.still_listed), ports)
         return replace(seen, bootstrap_ports=ports, bootstrapped=answered)
+
+    def _router_pods(self, ctx: PassContext) -> list[dict[str, Any]]:
+        """The pods of the CR's own router Deployments (`observed.slot_router_pods`): the ReplicaSet controlling each
+        candidate (a pod named as a slot's, `observed.router_pod_of`) is read (cached) for the Deployment that
+        controls it, which must be the slot's, owned by the CR."""
+        slots = {}
+        for slot in names.router_slots(ctx.name):
+            child = ctx.children.get(("Deployment", slot))
+            uid = ((child or {}).get("metadata") or {}).get("uid")
+            if child is not None and owned_by(child, ctx.owner.uid) and isinstance(uid, str):
+                slots[slot] = uid
+        candidates = [p for p in _component(ctx.pods, COMPONENT_ROUTER) if router_pod_of(p, ctx.name)]
+        controllers: dict[str, str | None] = {}
+        for pod in candidates:
+            owner = router_replica_set(pod, ctx.name)
+            if owner is not None and owner.slot in slots and owner.uid not in controllers:
+                controllers[owner.uid] = self._replica_set_controller(ctx.namespace, owner.name, owner.uid)
+        return slot_router_pods(candidates, ctx.name, slots, controllers)
+
+    def _replica_set_controller(self, namespace: str, name: str, uid: str) -> str | None:
+        """The uid of the Deployment that controls the ReplicaSet `name` (None: none, or the ReplicaSet of that name
+        is gone or another one than `uid`). One GET, kept for REPLICA_SET_TTL_SECONDS; an error other than 404
+        fails the step (routers that cannot be told apart are not guessed at)."""
+
+        def read() -> str | None:
+            try:
+                replica_set = self.apps.read_namespaced_replica_set(name, namespace, _request_timeout=API_TIMEOUT)
+            except ApiException as exc:
+                if exc.status == 404:
+                    return None
+                raise
+            body = replica_set if isinstance(replica_set, dict) else self.api.sanitize_for_serialization(replica_set)
+            meta = body.get("metadata") or {}
+            if meta.get("uid") != uid:
+                return None
+            return next((str(ref["uid"]) for ref in meta.get("ownerReferences") or []
+                         if isinstance(ref, dict) and ref.get("controller") is True and ref.get("kind") == "Deployment"
+                         and isinstance(ref.get("uid"), str)), None)  # fmt: skip
+
+        value = self.replica_sets.get((namespace, name, uid), read)
+        return value if isinstance(value, str) else None
 
     def _secret_text(self, ref: SecretKeyRef | None, namespace: str, field: str, cr: str = "") -> str | None:
         """A key of a Secret of the CR's namespace that the CR names at `field` (the router's or the workers' API
@@ -391,7 +438,8 @@ class Reconciler:
         for group in seen.groups:
             held = [i for i in decided.plans[group.name].drain if i not in drains[group.name]]
             if held:
-                log.info("%s/%s: replicas %s wait for a router to apply their removal", ctx.namespace, ctx.name, held)
+                log.info("%s/%s: replicas %s wait for every router to be read and to apply their removal",
+                         ctx.namespace, ctx.name, held)  # fmt: skip
         return RouterSync(synced.observation, synced.changed and not synced.failures, drains)
 
     # -- step: switch ------------------------------------------------------------------------------------------
@@ -418,12 +466,15 @@ class Reconciler:
     # -- step: apply replicas ----------------------------------------------------------------------------------
     def _apply_replicas(
         self, ctx: PassContext, seen: Seen, members: set[str], sync: RouterSync, plans: dict[str, Plan]
-    ) -> None:
-        """The InferencePool labels, then each group's plan as the pass carries it out (`steps.applied_plan`)."""
+    ) -> list[Problem]:
+        """The InferencePool labels, then each group's plan as the pass carries it out (`steps.applied_plan`); the
+        problems met (a pod name another owner holds)."""
+        problems: list[Problem] = []
         with _step("applying the replica plan"):
             self._label_pool_members(ctx, seen, members, sync)
             for group in seen.groups:
-                self._apply_plan(ctx, group, plans[group.name])
+                problems += self._apply_plan(ctx, group, plans[group.name])
+        return problems
 
     def _label_pool_members(self, ctx: PassContext, seen: Seen, members: set[str], sync: RouterSync) -> None:
         """Set or remove the InferencePool membership label (`inferencepool.py`) where a worker pod's differs from
@@ -441,12 +492,15 @@ class Reconciler:
             annotations = _bookkeeping_annotations(meta)
             self.writer.annotate_pod(ctx.namespace, pod_name, meta.get("uid"), annotations, membership_labels(member))
 
-    def _apply_plan(self, ctx: PassContext, group: GroupPass, plan: Plan) -> None:
-        """Deletes, drains, promotions, creations, then the plan's events, in that order."""
+    def _apply_plan(self, ctx: PassContext, group: GroupPass, plan: Plan) -> list[Problem]:
+        """Deletes, drains, promotions, creations, then the plan's events, in that order; the creations' problems."""
         by_index = {r.index: r for r in group.replicas}
+        live = ctx.pods_by_name
         for index in plan.delete:
             for pod_name in by_index[index].pod_names:
-                self.writer.delete_pod(ctx.namespace, pod_name)
+                uid = ((live.get(pod_name) or {}).get("metadata") or {}).get("uid")
+                if isinstance(uid, str) and uid:  # the pod observed, by its uid: never one made under its name since
+                    self.writer.delete_pod(ctx.namespace, pod_name, uid)
         for index in plan.drain:
             self._bookkeeping(ctx, by_index[index].pod_names, {ANNOTATION_DRAINING: ctx.stamp})
             metrics.drain_started()
@@ -454,11 +508,12 @@ class Reconciler:
             # "false", not a removed key: the pod was created with `warm: "true"`, a field of its create, which an
             # apply can change but not drop.
             self._bookkeeping(ctx, by_index[index].pod_names, {ANNOTATION_WARM: "false"})
-        self._create_replicas(ctx, group, plan)
+        problems = self._create_replicas(ctx, group, plan)
         drain_event = plan.drain_event
         prefix = f"group {group.name}: " if group.name else ""
         for event in plan.events + ([drain_event] if drain_event else []):
             self.writer.event(ctx.body, event.reason, prefix + event.message, event.warning)
+        return problems
 
     def _bookkeeping(self, ctx: PassContext, pod_names: list[str], change: dict[str, str]) -> None:
         """Apply each pod's bookkeeping annotations as they are plus `change`: the apply names every key the
@@ -469,14 +524,20 @@ class Reconciler:
             kept = _bookkeeping_annotations(meta)
             self.writer.annotate_pod(ctx.namespace, pod_name, meta.get("uid"), {**kept, **change})
 
-    def _create_replicas(self, ctx: PassContext, group: GroupPass, plan: Plan) -> None:
+    def _create_replicas(self, ctx: PassContext, group: GroupPass, plan: Plan) -> list[Problem]:
+        """Create the planned replicas' pods; a pod name another owner holds is a name collision (reported like a
+        child's), and the rest of that replica is not created."""
+        problems = []
         for index, is_warm in [(i, False) for i in plan.create_active] + [(i, True) for i in plan.create_warm]:
             pods = replica_pods(group.group.spec, ctx.owner, group.revision, index, group.name, group.group.pd,
                                 self.settings.pod_policy.rdma_resource)  # fmt: skip
             for pod in pods:
                 if is_warm:
                     pod["metadata"]["annotations"][ANNOTATION_WARM] = "true"
-                self.writer.create_pod(pod)
+                if self.writer.create_pod(pod) is Outcome.COLLISION:
+                    problems.append(collision_problem(ChildRef.of(pod)))
+                    break
+        return problems
 
     # -- step: report ------------------------------------------------------------------------------------------
     def _report(
@@ -557,6 +618,17 @@ def _bookkeeping_annotations(meta: dict[str, Any]) -> dict[str, str]:
     """The bookkeeping annotations a pod carries now: every apply of its bookkeeping names them all. Pure."""
     current = meta.get("annotations") or {}
     return {k: str(current[k]) for k in (ANNOTATION_DRAINING, ANNOTATION_WARM) if k in current}
+
+
+def collision_problem(ref: ChildRef) -> Problem:
+    """An object of a child's (or pod's) name that the CR does not own: left alone, reported."""
+    return Problem("NameCollision", f"{ref} exists and is not owned by this SGLangDeployment; left unchanged "
+                   "(rename or remove it)")  # fmt: skip
+
+
+def _ordered(problems: list[Problem]) -> list[Problem]:
+    """Name collisions first, then by message: the order status and events show them in. Pure."""
+    return sorted(problems, key=lambda p: (p.reason != "NameCollision", p.message))
 
 
 def unserved_problem(ref: ChildRef) -> Problem:

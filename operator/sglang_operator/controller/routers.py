@@ -5,6 +5,7 @@ empty and is refilled on the next pass. An entry of the wrong type or bootstrap 
 removed and, once the router applied that, registered again as it should be (`membership.plan_membership`).
 """
 
+import contextlib
 import time
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
@@ -30,12 +31,19 @@ class RouterState:
 
     lists: dict[str, list[RouterWorker]] = field(default_factory=dict)  # base URL -> workers
     errors: list[str] = field(default_factory=list)
+    """One message per ready router pod whose list could not be read: what it lists is unknown, not empty."""
     api_key: str | None = None
     worker_api_key: str | None = None
     """The workers' key, handed to each router with the worker so the router can call it."""
     epochs: dict[str, str] = field(default_factory=dict)
     """Base URL -> the router pod's KV epoch (a prefill/decode fleet's; "" in a colocated fleet): a router lists only
     the workers of its own epoch (`kvepoch.py`)."""
+
+    @property
+    def every_router_read(self) -> bool:
+        """Every ready router pod's list was read: only then is a URL that none lists off every router (one that
+        timed out may still route to any worker)."""
+        return not self.errors
 
     def registered_urls(self) -> set[str]:
         """URLs at least one router lists."""
@@ -102,17 +110,18 @@ def _await_removals(routers: dict[str, RouterClient], pending: dict[str, _Remova
     """smg queues removals (202) and applies them within about a second (longer when busy). Waiting here means a
     replica is only marked draining once no router can still pick it, and a wrong entry is registered again only once
     it is gone. `pending` is narrowed in place to what is still listed at the deadline; returns the URLs a router
-    still routes then, which the caller leaves for the next pass."""
+    still routes then, which the caller leaves for the next pass. A router that cannot be read confirms nothing: its
+    removals stay pending (a timed-out read is not an empty list)."""
     deadline = time.monotonic() + REMOVAL_CONFIRM_SECONDS
     waiting = {base for base, removals in pending.items() if not removals.done}
     while waiting:
         for base in sorted(waiting):
             # Each read ends by the loop's deadline too (a slow router cannot stretch the wait call by call).
             routers[base].timeout = max(0.1, min(DEFAULT_TIMEOUT_SECONDS, deadline - time.monotonic()))
-            try:
+            # A failed read is unknown, not empty: the router may still route what it was told to remove (read
+            # again until the deadline).
+            with contextlib.suppress(RouterError):
                 pending[base].update(routers[base].list_workers())
-            except RouterError:
-                pending[base].update([])  # an unreachable router routes nothing (its registrations fail below)
             if pending[base].done:
                 waiting.discard(base)
         if not waiting or time.monotonic() >= deadline:
@@ -146,7 +155,8 @@ class SyncResult:
     observation: RouterObservation
     failures: list[str]
     unconfirmed_removals: set[str]
-    """URLs whose removal a router has not applied yet: not safe to drain on this pass."""
+    """URLs whose removal a router has not applied yet, or could not be sent or confirmed: not safe to drain on this
+    pass."""
     changed: bool = False
     """Some router was sent an addition or removal: the observation shows the lists from before."""
 
@@ -200,11 +210,12 @@ def sync_routers(
                 _send(routers[base], plan, wanted, state.worker_api_key)
             except RouterError as exc:
                 failures.append(str(exc))
+                unconfirmed |= {worker.url for worker in plan.remove}  # this router may still route them all
                 continue
             if plan.remove:
                 pending[base] = _Removals(plan.remove, set(plan.replace))
         if pending:
-            unconfirmed = _await_removals(routers, pending)
+            unconfirmed |= _await_removals(routers, pending)
         failures += _register_again(routers, plans, pending, wanted, state.worker_api_key)
     finally:
         for router in routers.values():

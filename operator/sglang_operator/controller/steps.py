@@ -93,6 +93,11 @@ class Seen:
         return self.routers.registered_urls() if self.routers is not None else set()
 
     @cached_property
+    def every_router_read(self) -> bool:
+        """No router, or every ready router pod's list was read: only then is a URL no list shows off every router."""
+        return self.routers is None or self.routers.every_router_read
+
+    @cached_property
     def everywhere(self) -> set[str]:
         """URLs every router lists."""
         return self.routers.listed_everywhere() if self.routers is not None else set()
@@ -124,7 +129,8 @@ class RouterSync:
     changed: bool
     """Workers were added or removed without a failure: status shows the lists from before, a follow-up is due."""
     drains: Mapping[str, list[int]]
-    """Per group, the planned drains that start now: a replica a router still lists waits for the next pass."""
+    """Per group, the planned drains that start now: a replica a router still lists (or may list: a router that
+    could not be read) waits for the next pass."""
 
 
 def _absent(replicas: list[ReplicaView], listed: set[str]) -> frozenset[int]:
@@ -152,13 +158,16 @@ def decide(spec: SGLangDeploymentSpec, seen: Seen, now: float) -> Decided:
     """Each group's plan from its replicas, loads and the routers' lists; the workers to route and the pool's
     members that follow from it. Pure."""
     still_listed, everywhere, cutover = seen.still_listed, seen.everywhere, seen.cutover
+    read_all = seen.every_router_read
     plans: dict[str, Plan] = {}
     routed: list[DesiredWorker] = []
     members: set[str] = set()
     epochs: dict[str, str] | None = None if cutover is None else {}
     for group in seen.groups:
         replicas, loads = group.replicas, seen.loads[group.name]
-        plan = plan_replicas(replicas, group.targets(), loads.known, set(_absent(replicas, still_listed)), now,
+        # Off every router only when every router was read: one that timed out may still route to any replica.
+        deregistered = set(_absent(replicas, still_listed)) if read_all else set()
+        plan = plan_replicas(replicas, group.targets(), loads.known, deregistered, now,
                              _absent(replicas, everywhere), unknown_loads=loads.unknown, busy_loads=loads.busy,
                              held=held_replicas(cutover, replicas, now))  # fmt: skip
         plans[group.name] = plan
@@ -179,9 +188,13 @@ def decide(spec: SGLangDeploymentSpec, seen: Seen, now: float) -> Decided:
 
 def drains_now(seen: Seen, decided: Decided, unconfirmed: set[str]) -> dict[str, list[int]]:
     """Per group, the planned drains whose removal every router applied (`unconfirmed`: URLs a router still
-    routes). Pure."""
-    drains = {}
+    routes, or whose removal it did not take or confirm); none while a ready router could not be read (it may still
+    route any of them). Pure."""
+    drains: dict[str, list[int]] = {}
     for group in seen.groups:
+        if not seen.every_router_read:
+            drains[group.name] = []
+            continue
         by_index = {r.index: r for r in group.replicas}
         drains[group.name] = [i for i in decided.plans[group.name].drain if by_index[i].url not in unconfirmed]
     return drains

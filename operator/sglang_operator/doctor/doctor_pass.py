@@ -29,7 +29,7 @@ from ..settings import OperatorSettings
 from .diagnose import diagnose
 from .hysteresis import Evolution, evolve, is_empty
 from .model import FINDING_TYPES, Diagnosis, ReplicaMetrics
-from .observe import fleet_facts, probe_bootstrap, read_metrics, read_routers, router_pods
+from .observe import cr_uid, fleet_facts, probe_bootstrap, read_metrics, read_routers, router_pods
 from .pd_observe import bootstrap_targets
 
 DEADLINE_SECONDS = 20.0
@@ -92,7 +92,7 @@ def evaluate(
     routers = () if key_error else read_routers(router_pods(pods, name), spec.router.port, api_key, deadline)
     facts = fleet_facts(body, spec, pods, routers, now)
     if spec.disaggregation is not None:
-        targets = bootstrap_targets(pods, facts, spec.disaggregation.bootstrap_port)
+        targets = bootstrap_targets(pods, facts, spec.disaggregation.bootstrap_port, cr_uid(body))
         facts = dataclasses.replace(facts, bootstrap=probe_bootstrap(targets, deadline))
     return Evaluation(diagnose(metrics, facts, spec.diagnostics, why), metrics)
 

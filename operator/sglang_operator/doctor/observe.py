@@ -21,14 +21,12 @@ from typing import Any
 from ..api.constants import (
     ANNOTATION_DRAINING,
     ANNOTATION_WARM,
-    COMPONENT_WORKER,
-    LABEL_COMPONENT,
     LABEL_NODE_RANK,
     LABEL_REPLICA,
     LABEL_WORKER_GROUP,
 )
 from ..api.spec import SGLangDeploymentSpec
-from ..observed import router_pod_of
+from ..observed import owned_workers, router_pod_of
 from ..prometheus.client import PrometheusClient, Queries, failure_reason, label_matchers
 from ..router.client import RouterClient, RouterError
 from ..runtime.httpcall import CallFailed, describe, request
@@ -280,10 +278,9 @@ def fleet_facts(
     routers: Sequence[RouterView],
     now: float,
 ) -> FleetFacts:
-    """The fleet's non-metric facts from the CR and its pods (workers and routers, as the pod index holds them)."""
-    workers = [
-        p for p in pods if ((p.get("metadata") or {}).get("labels") or {}).get(LABEL_COMPONENT) == COMPONENT_WORKER
-    ]
+    """The fleet's non-metric facts from the CR and its pods (workers and routers, as the pod index holds them): only
+    the worker pods the CR controls (`observed.owned_workers`, the reconciler's own selection), never by label."""
+    workers = owned_workers(pods, cr_uid(body))
     facts = tuple(pod_facts(p) for p in workers)
     urls = {}
     for pod, fact in zip(workers, facts, strict=True):
@@ -314,6 +311,12 @@ def fleet_facts(
         role_replicas=role_replicas(spec),
         launch=spec_launch(spec),
     )
+
+
+def cr_uid(body: Mapping[str, Any]) -> str:
+    """The CR's uid ("" when absent: then no pod is its)."""
+    uid = (body.get("metadata") or {}).get("uid")
+    return uid if isinstance(uid, str) else ""
 
 
 def router_pods(pods: Sequence[Mapping[str, Any]], deployment: str) -> list[Mapping[str, Any]]:

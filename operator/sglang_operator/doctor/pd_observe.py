@@ -4,7 +4,8 @@ probe and the queries, is `observe`'s).
 - A pod's role and what its KV handoff depends on, from its main container's launch command (the flags the operator
   rendered from `spec.disaggregation`) and its image's tag (the SGLang version): what runs, not what the spec says
   now, so pods left from an older spec or a rollout show as they are.
-- The bootstrap servers to probe: each ready prefill replica's rank-0 pod, on the port it declares as `bootstrap`.
+- The bootstrap servers to probe: each ready prefill replica's rank-0 pod the CR controls, on the port it declares
+  as `bootstrap`.
 - The PromQL of the PD signals: smg's `smg_pd_rendezvous_failures_total{leg, phase}` on the router pods (phase
   `probe`: a bootstrap port that refused smg's registration probe; `bootstrap` and `transfer`: what the engines report
   when the legs never met or the KV handoff failed), decode's prealloc queue, prefill's running requests and
@@ -16,10 +17,10 @@ import re
 from collections.abc import Mapping, Sequence
 from typing import Any
 
-from ..api.constants import COMPONENT_WORKER, LABEL_COMPONENT
 from ..api.groups import worker_groups
 from ..api.releases import image_tag_version
 from ..api.spec import SGLangDeploymentSpec
+from ..observed import owned_workers
 from ..prometheus.client import Queries, label_matchers
 from ..render.workers import BOOTSTRAP_PORT_NAME, CONTAINER_NAME
 from .model import FleetFacts, LaunchFacts
@@ -109,14 +110,16 @@ def bootstrap_port(pod: Mapping[str, Any], default: int) -> int:
     return default
 
 
-def bootstrap_targets(pods: Sequence[Mapping[str, Any]], facts: FleetFacts, default_port: int) -> list[tuple[str, str]]:
-    """(pod, `http://<pod IP>:<bootstrap port>/health`) of each ready, serving prefill replica's rank-0 pod."""
+def bootstrap_targets(
+    pods: Sequence[Mapping[str, Any]], facts: FleetFacts, default_port: int, uid: str
+) -> list[tuple[str, str]]:
+    """(pod, `http://<pod IP>:<bootstrap port>/health`) of each ready, serving prefill replica's rank-0 pod, among
+    the worker pods the CR `uid` controls (`observed.owned_workers`): the port is the pod's own word, so a pod that
+    only carries the labels is never probed."""
     by_name = {p.name: p for p in facts.pods}
     targets = []
-    for pod in pods:
+    for pod in owned_workers(pods, uid):
         meta = pod.get("metadata") or {}
-        if (meta.get("labels") or {}).get(LABEL_COMPONENT) != COMPONENT_WORKER:
-            continue
         fact = by_name.get(str(meta.get("name", "")))
         ip = (pod.get("status") or {}).get("podIP")
         if fact is None or fact.role != "prefill" or fact.rank != 0 or not fact.ready or not fact.serving:

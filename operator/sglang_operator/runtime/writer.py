@@ -7,7 +7,8 @@ object is applied whole, so a field the render no longer has is removed, and fie
 sidecar, a policy engine's label) stay. They are compared by the hash of their rendered form (kept in an
 annotation), so an unchanged child is never written. Pods are created (same field manager) and deleted, never
 changed, except their bookkeeping annotations (`draining-since`, `warm`), which are applied alone by the same
-manager: only those keys, on that very pod (its uid is the apply's precondition).
+manager: only those keys, on that very pod (its uid is the apply's precondition); a pod is deleted by its uid too. A
+pod name another owner holds is a collision, as a child's is.
 
 Ownership: a child is the operator's only when it carries a controller ownerReference to the CR's uid. An object of a
 child's name without one (another team's Service, something left from a CR of the same name) is a name collision:
@@ -117,22 +118,50 @@ class Writer:
         self.writes[verb] += 1
 
     # -- pods --------------------------------------------------------------------------------------------------
-    def create_pod(self, pod: dict[str, Any]) -> None:
+    def create_pod(self, pod: dict[str, Any]) -> Outcome:
+        """Create a rendered pod (it names its CR in a controller ownerReference). A 409 is read back: a pod of that
+        name the same CR controls (an earlier, interrupted pass created it) is UNCHANGED; one it does not control is
+        a COLLISION, left alone for the caller to report (never taken for the CR's: its replica is not there)."""
         self._count("create_pod")
+        meta = pod["metadata"]
+        owner_uid = next((str(ref.get("uid")) for ref in meta.get("ownerReferences") or []
+                          if isinstance(ref, dict) and ref.get("controller") is True), "")  # fmt: skip
         try:
-            self.core.create_namespaced_pod(
-                pod["metadata"]["namespace"], pod, field_manager=FIELD_MANAGER, _request_timeout=API_TIMEOUT
-            )
+            self.core.create_namespaced_pod(meta["namespace"], pod, field_manager=FIELD_MANAGER,
+                                            _request_timeout=API_TIMEOUT)  # fmt: skip
+            outcome = Outcome.CREATED
         except ApiException as exc:
-            if exc.status != 409:  # already created by an earlier, interrupted pass
+            if exc.status != 409:
                 raise
-        self.expected.created.add(pod["metadata"]["name"])
+            live = self.read_pod(meta["namespace"], meta["name"])
+            if live is None:  # deleted since the 409: the next pass creates it
+                return Outcome.UNCHANGED
+            if not owner_uid or not owned_by(live, owner_uid):
+                return Outcome.COLLISION
+            outcome = Outcome.UNCHANGED
+        self.expected.created.add(meta["name"])
+        return outcome
 
-    def delete_pod(self, namespace: str, name: str) -> None:
+    def read_pod(self, namespace: str, name: str) -> dict[str, Any] | None:
+        """One pod by name as a plain dict, None when absent. A list with a name field selector, not a get: the
+        operator's role may list pods, not get them (the watch reads them too)."""
+        listed = self.core.list_namespaced_pod(
+            namespace, field_selector=f"metadata.name={name}", _request_timeout=API_TIMEOUT
+        )
+        for item in listed.items:
+            return item if isinstance(item, dict) else dict(self.api.sanitize_for_serialization(item))
+        return None
+
+    def delete_pod(self, namespace: str, name: str, uid: str) -> None:
+        """Delete the pod the caller observed, by its uid: the precondition makes sure it is that very pod, so a pod
+        created under its name since (someone else's, answered with 409) is never deleted, and not expected gone."""
         self._count("delete_pod")
+        options = client.V1DeleteOptions(preconditions=client.V1Preconditions(uid=uid))
         try:
-            self.core.delete_namespaced_pod(name, namespace, _request_timeout=API_TIMEOUT)
+            self.core.delete_namespaced_pod(name, namespace, body=options, _request_timeout=API_TIMEOUT)
         except ApiException as exc:
+            if exc.status == 409:
+                return
             if exc.status != 404:
                 raise
         self.expected.deleted.add(name)
