@@ -108,6 +108,11 @@ FLEET_CASES: list[tuple[str, dict[str, Any], dict[str, Any]]] = [
      {"autoscaling": {"maxGPUs": 8}, "workerGroups": [
         _G | {"parallelism": {"tp": 4}, "autoscaling": {"minReplicas": 1}},
         _G | {"name": "b", "autoscaling": {"minReplicas": 2}}]}),
+    # Issue 37: each group's maxReplicas was capped, not their sum (8 groups of 512 asked for 4,096 replicas)
+    ("maxReplicas may add up to", {"workerGroups": [_G | {"autoscaling": {"maxReplicas": 300}},
+                                                    _G | {"name": "b", "autoscaling": {"maxReplicas": 213}}]},
+     {"workerGroups": [_G | {"autoscaling": {"maxReplicas": 300}},
+                       _G | {"name": "b", "autoscaling": {"maxReplicas": 212}}]}),
 ]  # fmt: skip
 
 

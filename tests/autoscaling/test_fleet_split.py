@@ -1,6 +1,8 @@
 """The autoscaler over worker groups: the policy's decision in units of the first group's replica, split into
 replicas per group within each group's bounds and the GPU budget."""
 
+import time
+from collections.abc import Sequence
 from typing import Any
 
 import pytest
@@ -8,9 +10,11 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from sglang_operator.api.groups import worker_groups
+from sglang_operator.api.limits import MAX_REPLICAS
 from sglang_operator.api.validation import parse_spec
 from sglang_operator.autoscaling.fleet_split import (
     GroupShape,
+    Split,
     group_fleet_state,
     shapes,
     split_capacity,
@@ -79,3 +83,58 @@ def test_bounds_and_state_in_units() -> None:
 def test_status_that_does_not_parse_counts_nothing(bad: Any) -> None:
     state = group_fleet_state([A, B], {"a": 1}, {"groups": [bad]})
     assert (state.ready, state.starting) == (0, 0)
+
+
+def one_at_a_time(needed: int, groups: Sequence[GroupShape], max_gpus: int | None, max_replicas: int) -> Split:
+    """The split as the module docstring states it, one replica per step: the reference `split_capacity` must
+    equal."""
+    counts = {g.name: g.min_replicas for g in groups}
+    capacity = sum(g.concurrency * g.min_replicas for g in groups)
+    gpus = sum(g.gpus * g.min_replicas for g in groups)
+    order = sorted(range(len(groups)), key=lambda i: (-groups[i].concurrency / max(1, groups[i].gpus), i))
+    while capacity < needed:
+        grow = next(
+            (groups[i] for i in order
+             if counts[groups[i].name] < groups[i].max_replicas and sum(counts.values()) < max_replicas
+             and (max_gpus is None or gpus + groups[i].gpus <= max_gpus)),
+            None,
+        )  # fmt: skip
+        if grow is None:
+            return Split(counts, capacity, short=True)
+        counts[grow.name] += 1
+        capacity += grow.concurrency
+        gpus += grow.gpus
+    return Split(counts, capacity, short=False)
+
+
+SHAPE = st.builds(
+    lambda name, c, gpus, low, extra: GroupShape(name, c, gpus, low, low + extra),
+    st.just(""), st.integers(1, 64), st.integers(0, 8), st.integers(0, 3), st.integers(0, 12),
+)  # fmt: skip
+
+
+@given(
+    st.lists(SHAPE, min_size=1, max_size=5),
+    st.integers(0, 600),
+    st.one_of(st.none(), st.integers(0, 60)),
+    st.integers(0, 40),
+)
+def test_the_direct_split_is_the_one_replica_at_a_time_split(
+    shapes_: list[GroupShape], needed: int, budget: int | None, bound: int
+) -> None:
+    groups = [GroupShape(f"g{i}", g.concurrency, g.gpus, g.min_replicas, g.max_replicas) for i, g in enumerate(shapes_)]
+    assert split_capacity(needed, groups, budget, bound) == one_at_a_time(needed, groups, budget, bound)
+
+
+def test_the_split_stays_within_the_fleets_bound_in_microseconds() -> None:
+    """Issue 37: each group's maxReplicas is capped, not their sum; 8 groups of 512 split a demand one replica at a
+    time, thousands of steps per pass. The split now holds the fleet's bound and costs O(groups)."""
+    groups = [GroupShape(f"g{i}", 8 + i, 1 + i % 2, 0, MAX_REPLICAS) for i in range(8)]
+    started = time.perf_counter()
+    split = split_capacity(10**9, groups, None)
+    took = time.perf_counter() - started
+    assert sum(split.replicas.values()) == MAX_REPLICAS and split.short
+    assert took < 0.005, f"one split took {took * 1000:.1f} ms"
+    assert sum(split_capacity(10**9, groups, 600).replicas.values()) == MAX_REPLICAS
+    floors = [GroupShape(g.name, g.concurrency, g.gpus, 100, MAX_REPLICAS) for g in groups]
+    assert split_capacity(10**9, floors, None).replicas == {g.name: 100 for g in floors}  # minimums stay

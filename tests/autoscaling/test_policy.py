@@ -783,3 +783,32 @@ def test_the_envelope_round_trips_and_stays_small() -> None:
     assert envelope_from_state(junk) == (Block(1.0, 2.0, 3.0, 4),)
     assert envelope_from_state(None) == () and envelope_from_state({"envelope": "x"}) == ()
     assert "envelope" not in history_to_state(())  # no memory, no key: the state of a fleet without traffic
+
+
+@pytest.mark.parametrize(
+    ("changes", "fragment"),
+    [
+        ({"qps": 1e308}, "qps reads 1e+308, past 1e+15: unknown"),
+        ({"slot_seconds": 1e308}, "slotSeconds reads 1e+308"),
+        ({"running": math.inf}, "running reads inf"),
+        ({"qps_trend": ((0.0, 10.0), (60.0, math.inf))}, "qpsTrend has a point"),
+        ({"queued": 1e14}, "demand unknown: the queue asks for 2.6e+10 replicas"),
+        ({"age_seconds": math.nan}, "the metrics' age reads nan: unknown"),
+    ],
+    ids=["qps", "slot", "running", "trend", "queue", "age"],
+)
+def test_a_reading_or_a_demand_no_fleet_gives_holds_and_says_which(changes: dict[str, Any], fragment: str) -> None:
+    """Issue 37: a rate of 1e308 times a slot time is infinite and math.ceil raised OverflowError out of every pass
+    (the autoscaler held forever and never wrote status). Such a reading, or a demand past MAX_DEMAND_REPLICAS, is
+    unknown: the fleet holds its count, as on a missing metric, and the reason names it."""
+    samples = reading(100, 0.0).with_fields(**changes)
+    d = decide(FleetState(4, 4, concurrency_per_replica=C), samples, spec(), (), 0.0)
+    assert (d.replicas, d.mode, d.metrics_available) == (4, "hold", False)
+    assert fragment in d.reason, d.reason
+
+
+def test_a_tolerance_of_minus_one_does_not_divide_by_zero() -> None:
+    """The spec's rules refuse it; a decision handed one anyway scales on ceil(demand), as below the band."""
+    minus_one = spec().model_copy(update={"tolerance": -1.0})
+    d = decide(FleetState(4, 4, concurrency_per_replica=C), reading(400, 0.0), minus_one, (), 0.0)
+    assert d.replicas == 17  # ceil(400 x 1.3 / 32)

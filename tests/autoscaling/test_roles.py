@@ -5,18 +5,23 @@ moves; recommend-only decides and reports without owning the count; and the stat
 The fleet: prefill group `p` (tp=2, 8 running requests per replica, 1..6 replicas, 1 running) and decode group `d`
 (tp=1, 32 per replica, 1..8 replicas, 2 running)."""
 
+import time
 from collections.abc import Iterator
 from datetime import UTC, datetime
 from typing import Any
 
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 from kubernetes import client
 
-from sglang_operator.api.spec import SGLangDeploymentSpec
+from sglang_operator.api.limits import MAX_REPLICAS
+from sglang_operator.api.spec import AutoscalingSpec, PrefillGPUShare, Role, SGLangDeploymentSpec
 from sglang_operator.api.status import AutoscalerStatus
 from sglang_operator.api.validation import parse_spec
 from sglang_operator.autoscaling import autoscale_pass as loop
 from sglang_operator.autoscaling.autoscale_pass import autoscale_once
+from sglang_operator.autoscaling.fleet_split import GroupShape, unit_bounds
 from sglang_operator.autoscaling.pd_pass import (
     pd_autoscaler_status,
     pd_fleets,
@@ -24,8 +29,17 @@ from sglang_operator.autoscaling.pd_pass import (
     role_memory,
     summarise,
 )
-from sglang_operator.autoscaling.roles import PdDecision, decide_pd, decide_role, prefill_rate
-from sglang_operator.autoscaling.signals import Recommendation
+from sglang_operator.autoscaling.roles import (
+    PdDecision,
+    RoleFleet,
+    _into_share,
+    decide_pd,
+    decide_role,
+    prefill_rate,
+    prefill_share,
+    split_roles,
+)
+from sglang_operator.autoscaling.signals import FleetState, Recommendation
 from sglang_operator.desired import group_targets
 from sglang_operator.prometheus.client import Queries, Target, connect
 from sglang_operator.prometheus.roles import RoleQueries, RoleSamples, read_role_samples
@@ -391,3 +405,130 @@ def test_an_optional_query_that_fails_leaves_its_term_out_and_says_so(
     assert reading.error == "decode token_usage query failed: HTTP 500"
     decided = decide({"prefill": prefill(), "decode": reading.samples})
     assert decided.roles["decode"].signal == "concurrency" and decided.roles["decode"].metrics_available
+
+
+# -- issue 37: values a tenant controls never raise out of a pass, and a decision costs milliseconds -----------------
+def tiny(**targets: float) -> SGLangDeploymentSpec:
+    """The fleet with targets its rules now refuse (5e-324 passed "> 0"), as a CR admitted before them holds."""
+    spec = pd_spec()
+    autoscaling = spec.autoscaling.model_copy(update={"targets": spec.autoscaling.targets.model_copy(update=targets)})
+    return spec.model_copy(update={"autoscaling": autoscaling})
+
+
+@pytest.mark.parametrize(
+    ("spec", "samples", "role", "signal"),
+    [
+        (tiny(time_to_first_token_seconds=5e-324), {"prefill": prefill(time_to_first_token=0.9)}, "prefill",
+         "timeToFirstToken"),
+        (pd_spec(targets={"timeToFirstTokenSeconds": 0.5}), {"prefill": prefill(time_to_first_token=1e308)},
+         "prefill", "timeToFirstToken reads 1e+308"),
+        (pd_spec(targets={"timeToFirstTokenSeconds": 0.5}), {"prefill": prefill(time_to_first_token=1e12)},
+         "prefill", "demand unknown: timeToFirstToken asks for 2e+12 replicas"),
+        (tiny(inter_token_latency_seconds=5e-324), {"decode": decode(inter_token_latency=0.03)}, "decode",
+         "interTokenLatency"),
+        (tiny(decode_token_usage=5e-324), {}, "decode", "tokenUsage"),
+        (pd_spec(), {"decode": decode(queued=1e14)}, "decode", "the queues asks for"),
+    ],
+    ids=["ttft-target", "ttft-reading", "ttft-demand", "itl-target", "kv-usage-target", "decode-queue"],
+)  # fmt: skip
+def test_a_demand_that_cannot_be_computed_on_holds_that_role_and_says_why(
+    spec: SGLangDeploymentSpec, samples: dict[str, RoleSamples], role: str, signal: str
+) -> None:
+    """A reading divided by a target of 5e-324 is infinite, and math.ceil raised OverflowError out of every pass
+    (the fleet's autoscaler held forever, status never written); so did a router's TTFT of 1e308. Now that demand
+    is unknown: the role holds, its reason names the signal, and the other role still decides."""
+    decision = decide({"prefill": prefill(), "decode": decode(), **samples}, spec)
+    held, other = decision.roles[role], decision.roles["decode" if role == "prefill" else "prefill"]
+    assert held.signal == "hold" and not held.metrics_available
+    assert "unknown" in held.reason and signal in held.reason, held.reason
+    assert other.metrics_available and other.signal != "hold"
+
+
+def fleet_of(role: str, groups: int, concurrency: int, gpus: int) -> RoleFleet:
+    shapes = tuple(GroupShape(f"{role[0]}{i}", concurrency + i, gpus, 1, MAX_REPLICAS) for i in range(groups))
+    current = FleetState(desired=groups, ready=groups, concurrency_per_replica=concurrency, gpus_per_replica=gpus)
+    return RoleFleet(role, shapes, current, concurrency)
+
+
+@pytest.mark.parametrize("share", [{"min": 0.95}, {"max": 0.05}, {"min": 0.5, "max": 0.5}], ids=str)
+def test_one_decision_at_eight_groups_of_512_takes_milliseconds_within_the_fleets_bound(
+    share: dict[str, float],
+) -> None:
+    """Issue 37: 8 groups of maxReplicas 512 decided up to 2,263 replicas, and the share correction re-split the
+    fleet one unit at a time: 27 s of CPU for one decision, every intervalSeconds, in the pool every fleet shares.
+    The split now holds the fleet's bound and the correction bisects: milliseconds."""
+    spec = AutoscalingSpec.model_validate({"enabled": True, "maxScaleUpStep": 512, "prefillGPUShare": share})
+    fleets = {"prefill": fleet_of("prefill", 4, 8, 2), "decode": fleet_of("decode", 4, 32, 1)}
+    samples = {
+        "prefill": RoleSamples(collected_at=NOW, age_seconds=1.0, uncached_tokens=1e9, requests=1e3, slot_seconds=1.0,
+                               running=10.0),
+        "decode": RoleSamples(collected_at=NOW, age_seconds=1.0, running_mean=1e5, running=1e5, requests=1.0),
+    }  # fmt: skip
+    took = []
+    for _ in range(3):
+        started = time.perf_counter()
+        decision = decide_pd(fleets, samples, spec, {}, NOW)
+        took.append(time.perf_counter() - started)
+    assert min(took) < 0.05, f"one decision took {min(took) * 1000:.0f} ms"
+    assert sum(decision.groups.values()) <= MAX_REPLICAS
+
+
+def unit_at_a_time(
+    fleets: dict[Role, RoleFleet], units: dict[Role, int], spec: AutoscalingSpec, limits: Any, too_much: bool
+) -> dict[Role, int]:
+    """The share correction as it was: one unit per step, a split per step; the bisection must land where it did."""
+
+    def outside(trial: dict[Role, int]) -> bool:
+        share = prefill_share(fleets, split_roles(fleets, trial, spec.max_gpus))
+        return share is not None and (share > limits.max if too_much else share < limits.min)
+
+    for role, step in (("decode", 1), ("prefill", -1)) if too_much else (("prefill", 1), ("decode", -1)):
+        bounds = unit_bounds(spec, fleets[role].shapes)
+        trial = dict(units)
+        while outside(units):
+            trial = {**trial, role: trial[role] + step}
+            if not bounds.min_replicas <= trial[role] <= bounds.max_replicas:
+                break
+            before, after = (split_roles(fleets, u, spec.max_gpus)[role].replicas for u in (units, trial))
+            if before != after:
+                units = trial
+    return units
+
+
+GROUP = st.tuples(st.integers(1, 48), st.integers(1, 4), st.integers(0, 2), st.integers(0, 6))
+
+
+@settings(max_examples=300, deadline=None, derandomize=True, database=None)
+@given(
+    st.lists(GROUP, min_size=1, max_size=3),
+    st.lists(GROUP, min_size=1, max_size=3),
+    st.integers(0, 20),
+    st.integers(0, 20),
+    st.floats(0.0, 1.0),
+    st.floats(0.0, 1.0),
+    st.one_of(st.none(), st.integers(0, 40)),
+)
+def test_the_bisected_share_correction_lands_where_the_unit_at_a_time_one_did(
+    prefill_groups: list[tuple[int, int, int, int]],
+    decode_groups: list[tuple[int, int, int, int]],
+    prefill_units: int,
+    decode_units: int,
+    low: float,
+    high: float,
+    budget: int | None,
+) -> None:
+    def role_fleet(role: str, groups: list[tuple[int, int, int, int]]) -> RoleFleet:
+        shapes = tuple(GroupShape(f"{role}{i}", c, g, lo, lo + extra) for i, (c, g, lo, extra) in enumerate(groups))
+        return RoleFleet(role, shapes, FleetState(1, 1), shapes[0].concurrency)
+
+    fleets: dict[Role, RoleFleet] = {
+        "prefill": role_fleet("p", prefill_groups),
+        "decode": role_fleet("d", decode_groups),
+    }
+    spec = AutoscalingSpec.model_validate({"enabled": True, "maxGPUs": budget})
+    limits = PrefillGPUShare(min=min(low, high), max=max(low, high))
+    units: dict[Role, int] = {"prefill": prefill_units, "decode": decode_units}
+    for too_much in (True, False):
+        assert _into_share(fleets, dict(units), spec, limits, too_much) == unit_at_a_time(
+            fleets, dict(units), spec, limits, too_much
+        )

@@ -1,5 +1,6 @@
 """The diagnoses as pure functions: literals in, candidates out; no finding without evidence."""
 
+import math
 from typing import Any
 
 import pytest
@@ -96,6 +97,13 @@ def test_a_replica_with_four_times_the_inter_token_latency_is_slow_with_its_node
     assert "inter-token latency 41 ms vs 10.5 ms median of the other replicas (3.9x)" in found[0].evidence
     assert "node node-1, GPU NVIDIA H200" in found[0].evidence
     assert "node-1" in found[0].action
+
+
+def test_a_request_count_that_is_not_finite_is_evidence_not_an_exception() -> None:
+    """Issue 37: int() of an infinite count raised OverflowError out of the doctor's pass."""
+    found = slow_replicas(metrics(itl=per_pod(0.010, 0.041, 0.011), requests=per_pod(100, math.inf, 100)), fleet(), TH)
+    assert found is not None and [c.subject for c in found] == ["chat-abc-1-0"]
+    assert "over 300s, inf requests" in found[0].evidence
 
 
 def test_a_slow_replica_on_another_gpu_model_is_told_to_keep_one_model() -> None:

@@ -139,6 +139,17 @@ def test_rendezvous_failures_rising_on_a_router_pod_are_reported_by_leg_and_phas
     assert "phase transfer: the KV handoff failed" in found[0].action
 
 
+def test_failure_counts_that_overflow_their_sum_are_reported_not_raised() -> None:
+    """Issue 37: a router pod's counter is the tenant's to forge; two increases of 1e308 sum to infinity, and
+    round() raised OverflowError out of the doctor's pass."""
+    readings = {(ROUTER, "prefill", "probe"): 1e308, (ROUTER, "decode", "transfer"): 1e308}
+    found = rendezvous_failures(metrics(rendezvous_failures=readings), fleet()) or []
+    assert found[0].evidence.startswith(
+        f"smg_pd_rendezvous_failures_total rose by inf over 600s on router pod {ROUTER}"
+    )
+    assert "in phase probe (prefill leg)" in found[0].evidence
+
+
 def test_probe_failures_alone_are_refused_registrations_not_requests() -> None:
     found = rendezvous_failures(metrics(rendezvous_failures={(ROUTER, "prefill", "probe"): 2.0}), fleet()) or []
     assert found[0].evidence.endswith("each failure is a registration whose bootstrap port refused smg's probe, "

@@ -1,12 +1,16 @@
 """The autoscaler's rules for a prefill/decode fleet, each with its CEL twin: the per-role targets and the prefill GPU
 share (docs/autoscaling.md, "Prefill/decode fleets"). Part of `validation.RULES`.
 
-Every number is bounded above (as `limits` bounds the others), and the fields that only a disaggregated fleet reads
-are refused on a colocated one, as `router.prefillPolicy` is, so a CR never carries a setting that does nothing.
+Every number is bounded above (as `limits` bounds the others), and every target a reading is divided by is bounded
+below by a physical floor (`limits.MIN_LATENCY_TARGET_SECONDS`, `limits.MIN_DECODE_TOKEN_USAGE`), not just above 0:
+a target of 5e-324 passes "> 0", and a real reading divided by it is infinite (issue 37). The fields that only a
+disaggregated fleet reads are refused on a colocated one, as `router.prefillPolicy` is, so a CR never carries a
+setting that does nothing.
 """
 
 from collections.abc import Callable
 
+from .limits import MIN_DECODE_TOKEN_USAGE, MIN_LATENCY_TARGET_SECONDS
 from .rule import Rule
 from .spec import SGLangDeploymentSpec
 
@@ -32,13 +36,14 @@ def _only_pd(field: str, what: str, get: Callable[[SGLangDeploymentSpec], object
 def _latency_target(
     name: str, maximum: float, meaning: str, get: Callable[[SGLangDeploymentSpec], float | None]
 ) -> Rule:
-    """`targets.<name>` (optional, seconds) is above 0 and at most `maximum`."""
-    target = f"{_TARGETS}.{name}"
+    """`targets.<name>` (optional, seconds) is at least MIN_LATENCY_TARGET_SECONDS and at most `maximum`."""
+    target, least = f"{_TARGETS}.{name}", MIN_LATENCY_TARGET_SECONDS
     return Rule(
         field=f"spec.autoscaling.targets.{name}",
-        message=f"must be above 0 and at most {maximum:g}: {meaning}",
-        cel=f"!has({target}) || ({target} > 0.0 && {target} <= {maximum:.1f})",
-        holds=lambda s: (value := get(s)) is None or 0.0 < value <= maximum,
+        message=f"must be at least {least:g} (1 ms, below any server's mean; readings are divided by it) and at most "
+        f"{maximum:g}: {meaning}",
+        cel=f"!has({target}) || ({target} >= {least!r} && {target} <= {maximum:.1f})",
+        holds=lambda s: (value := get(s)) is None or least <= value <= maximum,
     )
 
 
@@ -56,10 +61,10 @@ AUTOSCALING_PD_RULES: tuple[Rule, ...] = (
     ),
     Rule(
         field="spec.autoscaling.targets.decodeTokenUsage",
-        message="must be above 0 and at most 1: it is the share of a decode replica's KV cache "
-        "(sglang:token_usage) the autoscaler aims at.",
-        cel=f"{_TARGETS}.decodeTokenUsage > 0.0 && {_TARGETS}.decodeTokenUsage <= 1.0",
-        holds=lambda s: 0.0 < s.autoscaling.targets.decode_token_usage <= 1.0,
+        message=f"must be at least {MIN_DECODE_TOKEN_USAGE:g} (1 %; readings are divided by it) and at most 1: it is "
+        "the share of a decode replica's KV cache (sglang:token_usage) the autoscaler aims at.",
+        cel=f"{_TARGETS}.decodeTokenUsage >= {MIN_DECODE_TOKEN_USAGE!r} && {_TARGETS}.decodeTokenUsage <= 1.0",
+        holds=lambda s: MIN_DECODE_TOKEN_USAGE <= s.autoscaling.targets.decode_token_usage <= 1.0,
     ),
     _latency_target(
         "interTokenLatencySeconds",

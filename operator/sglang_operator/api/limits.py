@@ -19,6 +19,23 @@ TEMPLATE_ANNOTATION_BYTES: Final = POD_ANNOTATION_BYTES - OPERATOR_ANNOTATION_BY
 limit with the operator's own annotations added."""
 DAY_SECONDS: Final = 86_400
 
+MAX_READING: Final = 1e15
+"""The largest metric reading the autoscaler computes on (req/s, tokens/s, requests, seconds): far above any real
+fleet's (65,536 GPUs at 10 million tokens/s each is under 1e12), far below a float's overflow, so a sum or product
+of a few readings and spec values stays finite. A reading past it (an exporter's garbage, a tenant's forged series)
+is unknown: the autoscaler holds and says which one, as for a missing metric."""
+MAX_DEMAND_REPLICAS: Final = 1e9
+"""The most replicas (in the fleet's units) a demand may ask for and still be computed on: above what the largest
+fleet can hold in units (MAX_REPLICAS replicas of the largest concurrencyPerReplica over one of a single slot,
+5.12e8), so a real overload is still clamped to maxReplicas; past it, or not finite, the demand is unknown (a
+target that divides a reading into an overflow, a reading that multiplies one): the autoscaler holds and says so."""
+MIN_LATENCY_TARGET_SECONDS: Final = 0.001
+"""The least latency target (time to first token, inter-token latency): no server reports a mean below a
+millisecond, and ready x reading / target stays finite for every reading up to MAX_READING."""
+MIN_DECODE_TOKEN_USAGE: Final = 0.01
+"""The least KV-cache usage target of decode: 1 % of the cache; below it every reading asks for 100 x the ready
+replicas or more, and ready x usage / target stays finite."""
+
 _WINDOWS = (
     "rateSeconds",
     "slotTimeSeconds",

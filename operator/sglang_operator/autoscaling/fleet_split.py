@@ -8,11 +8,16 @@ of N units is N x C1 concurrent requests, which `split_capacity` turns into repl
 1. every group starts at its `autoscaling.minReplicas`;
 2. while the fleet holds fewer requests than needed, one replica more for the group that serves the most requests
    per GPU (ties: the group declared first) among those below their `maxReplicas` whose replica still fits the GPU
-   budget (`autoscaling.maxGPUs`).
+   budget (`autoscaling.maxGPUs`) and the fleet's bound (`MAX_REPLICAS` replicas in all).
 
 So a larger count never takes a replica away from a group (the split is monotone in demand), scale-down releases
-the least efficient groups' replicas first, and no split leaves a group's bounds or the budget (it falls short of
-the demand instead, and says so).
+the least efficient groups' replicas first, and no split leaves a group's bounds, the budget or the fleet's bound (it
+falls short of the demand instead, and says so).
+
+Step 2 is computed a group at a time, not a replica at a time: the group first in that order keeps taking replicas
+until the demand is met or its maximum, the budget or the fleet's bound stops it, and a group the budget stopped
+stays stopped (the budget left only shrinks), so each group takes min(its room, the replicas the demand still asks
+of it, the replicas the budget and the bound still allow) in turn. A split costs O(groups), whatever the counts.
 """
 
 import math
@@ -21,6 +26,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from ..api.groups import WorkerGroup
+from ..api.limits import MAX_REPLICAS
 from ..api.spec import AutoscalingSpec
 from ..topology import topology
 from .signals import FleetState
@@ -52,25 +58,30 @@ def shapes(groups: Sequence[WorkerGroup]) -> list[GroupShape]:
     ]  # fmt: skip
 
 
-def split_capacity(needed: int, groups: Sequence[GroupShape], max_gpus: int | None) -> Split:
-    """Replicas per group holding at least `needed` concurrent requests, by the rule in the module docstring."""
+def split_capacity(
+    needed: int, groups: Sequence[GroupShape], max_gpus: int | None, max_replicas: int = MAX_REPLICAS
+) -> Split:
+    """Replicas per group holding at least `needed` concurrent requests, by the rule in the module docstring, with
+    at most `max_replicas` replicas in all (the fleet's bound; the groups' minimums are kept even above it)."""
     counts = {g.name: g.min_replicas for g in groups}
     capacity = sum(g.concurrency * g.min_replicas for g in groups)
     gpus = sum(g.gpus * g.min_replicas for g in groups)
+    total = sum(counts.values())
     by_efficiency = sorted(range(len(groups)), key=lambda i: (-groups[i].concurrency / max(1, groups[i].gpus), i))
-    while capacity < needed:
-        grow = next(
-            (groups[i] for i in by_efficiency
-             if counts[groups[i].name] < groups[i].max_replicas
-             and (max_gpus is None or gpus + groups[i].gpus <= max_gpus)),
-            None,
-        )  # fmt: skip
-        if grow is None:
-            return Split(counts, capacity, short=True)
-        counts[grow.name] += 1
-        capacity += grow.concurrency
-        gpus += grow.gpus
-    return Split(counts, capacity, short=False)
+    for i in by_efficiency:
+        if capacity >= needed:
+            break
+        g = groups[i]
+        room = min(g.max_replicas - counts[g.name], max_replicas - total)
+        if max_gpus is not None and (max_gpus < gpus or g.gpus > 0):  # a replica of no GPUs fits while the rest do
+            room = min(room, (max_gpus - gpus) // g.gpus if g.gpus > 0 else 0)
+        asked = -(-(needed - capacity) // g.concurrency) if g.concurrency > 0 else room
+        take = max(0, min(room, asked))
+        counts[g.name] += take
+        capacity += take * g.concurrency
+        gpus += take * g.gpus
+        total += take
+    return Split(counts, capacity, short=capacity < needed)
 
 
 def units(groups: Sequence[GroupShape], replicas: dict[str, int]) -> float:

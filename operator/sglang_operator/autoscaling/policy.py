@@ -4,7 +4,9 @@ No I/O, clock or randomness here, so tests drive it over time with literals and 
 function against a simulated fleet.
 
 How one decision is made (docs/autoscaling.md has the reasons, docs/autoscaling-experiments.md the measurements):
-1. Missing or stale metrics hold the current count (never scale down on no data).
+1. Missing or stale metrics hold the current count (never scale down on no data). So do a reading no real fleet gives
+   (past `limits.MAX_READING`: `signals.unreadable`) and a demand that is not finite or past
+   `limits.MAX_DEMAND_REPLICAS` (`signals.unknown_demand`): unknown, reported in the reason, never computed on.
 2. Bursty traffic (the busiest short-window rate of the last minutes is `burstyTraffic.threshold` x the mean rate or
    more) switches to that rule's constants: bursts that short end before a replica started for them is ready, so
    the fleet is sized for the busiest rate and held, instead of following the current rate (`bursty_rule`).
@@ -39,10 +41,20 @@ import math
 from collections.abc import Sequence
 from dataclasses import dataclass, replace
 
-from ..api.spec import AutoscalingSpec, SustainedRise
+from ..api.spec import AutoscalingSpec, AutoscalingTargets, SustainedRise
 from ..capacity import ceil_replicas, replicas_exact
 from .envelope import ENVELOPE_MARGIN, envelope_qps, update_envelope
-from .signals import Block, Decision, FleetState, Mode, Recommendation, Samples, usable
+from .signals import (
+    Block,
+    Decision,
+    FleetState,
+    Mode,
+    Recommendation,
+    Samples,
+    unknown_demand,
+    unreadable,
+    usable,
+)
 
 # Enough memory for a 300 s window at a 15 s interval even before compaction; compaction usually keeps far fewer.
 MAX_MEMORY = 20
@@ -79,12 +91,12 @@ def decide(
     memory = prune_history(history, now, spec)
     if not memory:  # the first decision, or the memory was lost or expired: the count the fleet has counts, as HPA's
         memory = (Recommendation(now, current.desired),)
-    problem = _metrics_problem(current, samples, spec, now)
-    if problem is not None or samples is None:
+    read = _read(current, samples, spec, now, envelope)
+    if isinstance(read, str):  # missing, stale, or a reading or demand no fleet gives: unknown, the count holds
         held = clamp_count(current.desired, low, high)
         return Decision(
             replicas=held,
-            reason=f"holding {held} replicas: {problem or 'no metrics'}",
+            reason=f"holding {held} replicas: {read}",
             mode="hold",
             recommendation=current.desired,
             metrics_available=False,
@@ -94,37 +106,13 @@ def decide(
             history=memory,
             envelope=tuple(envelope),
         )
-
-    blocks = update_envelope(envelope, samples, now)
-    burst_envelope = envelope_qps(blocks, now) if (samples.qps or 0.0) > 0 else 0.0  # idle: nothing to hold for
-    chosen = select_rule(
-        spec,
-        Load(samples.qps, samples.qps_burst, samples.qps_peak),
-        Load(samples.bursty_qps, samples.bursty_qps_burst, samples.bursty_qps_peak),
-        samples.qps_trend,
-    )
-    if chosen.falling is not None:  # the older, higher rates of a decline are no bursts: the envelope is not held
-        burst_envelope = 0.0
-    rule, load = chosen.spec, chosen.load
-    rates = samples.with_fields(qps=load.stable, qps_burst=load.burst, qps_peak=load.peak)
-    demand = _demand(
-        current,
-        rates,
-        rule,
-        chosen.rising,
-        burst_envelope * (1.0 + spec.targets.burst_headroom) * ENVELOPE_MARGIN,
-        chosen.falling,
-    )
-    if chosen.bursty:
-        demand = replace(demand, why=f"{chosen.bursty}; {demand.why}")
+    rule, rates, demand, blocks = read.rule, read.rates, read.demand, read.blocks
     steady = tolerate(demand.steady, current.desired, rule)
     recommendation = max(steady, tolerate(demand.steady + demand.backlog, current.desired, rule))
     memory = prune_history((*memory, Recommendation(now, steady)), now, spec)
     panic = _panic(current, rates, rule)
     mode: Mode = "panic" if panic and recommendation > current.desired else "normal"
-    down_window, quiet = quiet_window(
-        current.ready, samples.qps_trend, samples.slo_miss_ratio, samples.queued_peak, rule
-    )
+    down_window, quiet = quiet_window(current.ready, rates.qps_trend, rates.slo_miss_ratio, rates.queued_peak, rule)
     target, how = stabilise(current.desired, recommendation, memory, rule, now, mode, demand.in_flight, down_window)
     if quiet and target < current.desired:
         how += f" ({quiet}: {down_window}s window)"
@@ -149,6 +137,52 @@ def decide(
         history=memory,
         envelope=blocks,
     )
+
+
+@dataclass(frozen=True)
+class _Reading:
+    """What a trusted reading asks for: the rule it chose, its rates under that rule, the demand, and the burst
+    envelope's memory with the reading in it."""
+
+    rule: AutoscalingSpec
+    rates: Samples
+    demand: Demand
+    blocks: tuple[Block, ...]
+
+
+def _read(
+    current: FleetState, samples: Samples | None, spec: AutoscalingSpec, now: float, envelope: Sequence[Block]
+) -> _Reading | str:
+    """The demand of a reading (steps 2 and 3 of the module docstring), or why the count must hold instead: the
+    reading is missing, stale or one no fleet gives (`_metrics_problem`), or its demand cannot be computed on."""
+    problem = _metrics_problem(current, samples, spec, now)
+    if problem is not None or samples is None:
+        return problem or "no metrics"
+    blocks = update_envelope(envelope, samples, now)
+    burst_envelope = envelope_qps(blocks, now) if (samples.qps or 0.0) > 0 else 0.0  # idle: nothing to hold for
+    chosen = select_rule(
+        spec,
+        Load(samples.qps, samples.qps_burst, samples.qps_peak),
+        Load(samples.bursty_qps, samples.bursty_qps_burst, samples.bursty_qps_peak),
+        samples.qps_trend,
+    )
+    if chosen.falling is not None:  # the older, higher rates of a decline are no bursts: the envelope is not held
+        burst_envelope = 0.0
+    load = chosen.load
+    rates = samples.with_fields(qps=load.stable, qps_burst=load.burst, qps_peak=load.peak)
+    demand = _demand(
+        current,
+        rates,
+        chosen.spec,
+        chosen.rising,
+        burst_envelope * (1.0 + spec.targets.burst_headroom) * ENVELOPE_MARGIN,
+        chosen.falling,
+    )
+    if isinstance(demand, str):  # a demand that cannot be computed on is unknown, as a missing metric is
+        return demand
+    if chosen.bursty:
+        demand = replace(demand, why=f"{chosen.bursty}; {demand.why}")
+    return _Reading(chosen.spec, rates, demand, blocks)
 
 
 def prune_history(history: Sequence[Recommendation], now: float, spec: AutoscalingSpec) -> tuple[Recommendation, ...]:
@@ -211,7 +245,7 @@ def tolerate(exact: float, desired: int, spec: AutoscalingSpec) -> int:
     above = desired * (1.0 + spec.tolerance)
     if desired * (1.0 - below) <= exact <= above:
         return desired
-    if exact > above:
+    if exact > above and above > 0:  # above > 0: a tolerance of -1 (refused by the spec's rules) divides by zero
         return max(desired + 1, ceil_replicas(exact / (1.0 + spec.tolerance)))
     return wanted
 
@@ -223,8 +257,12 @@ def _metrics_problem(current: FleetState, samples: Samples | None, spec: Autosca
     if samples.age_seconds is None:
         return "no scrape of this deployment in Prometheus"
     age = samples.age_seconds + max(0.0, now - samples.collected_at)
+    if not math.isfinite(age):
+        return f"the metrics' age reads {age:g}: unknown"
     if age > spec.windows.metrics_max_age_seconds:
         return f"metrics are {age:.0f}s old (max {spec.windows.metrics_max_age_seconds}s)"
+    if (unknown := unreadable(samples)) is not None:
+        return unknown
     if not usable(samples.qps):
         return "no request rate (router or workers)"
     has_slot = usable(samples.slot_seconds) and (samples.slot_seconds or 0.0) > 0
@@ -399,8 +437,9 @@ def _demand(
     slope: float | None,
     envelope_load: float = 0.0,
     fall: float | None = None,
-) -> Demand:
-    """Fractional replicas the signals ask for, their parts (for status) and a sentence explaining them.
+) -> Demand | str:
+    """Fractional replicas the signals ask for, their parts (for status) and a sentence explaining them; or why the
+    demand is unknown (`unknown_demand`: a term that is not finite or past MAX_DEMAND_REPLICAS).
 
     `slope` (req/s per second) is a sustained rise of the stable rate: the rate is then projected by
     `sustainedRise.projection` x slope over the start-up delay plus the stable window's lag (half its length).
@@ -426,17 +465,7 @@ def _demand(
         why = f"{qps:.3g} req/s rising {60 * slope:.3g} req/s per minute, {projected:.3g} req/s in {lead:.0f}s"
         parts["projectedQps"] = qps = projected
     if slot:
-        stable_load = qps * (1.0 + targets.headroom)
-        burst_load = peak * (1.0 + targets.burst_headroom)
-        capacity = replicas_exact(max(stable_load, burst_load, envelope_load), slot, c)
-        basis = why
-        if burst_load > stable_load:
-            basis = f"{peak:.3g} req/s peak" + (f" ({why})" if fall is not None else "")
-        if envelope_load > max(stable_load, burst_load):
-            basis = f"{envelope_load:.3g} req/s burst envelope ({qps:.3g} req/s now)"
-            parts["envelopeQps"] = envelope_load
-        why = f"{basis} x {slot:.3g}s slot / C {c} = {capacity:.2f}"
-        parts["capacityReplicas"] = capacity
+        capacity, why = _capacity(qps, peak, envelope_load, slot, c, targets, why, fall is not None, parts)
     steady = capacity
     parts["concurrencyReplicas"] = running / c  # a floor for scale-down only (see `stabilise`)
     if targets.gpu_utilization and usable(samples.gpu_utilization) and current.ready > 0:
@@ -449,11 +478,43 @@ def _demand(
         steady = 1.0  # any traffic keeps (or wakes) one replica; only an idle fleet goes to zero
     excess = max(0.0, queued - targets.queue_per_replica * current.ready)
     backlog = excess * (slot or 1.0) / (c * max(1.0, float(spec.startup_seconds)))
+    terms = {"the request rate": capacity, "the GPU target": parts.get("gpuReplicas", 0.0), "the queue": backlog,
+             "the running requests": running / c, "the demand": steady + backlog}  # fmt: skip
+    if (unknown := unknown_demand(terms)) is not None:
+        return unknown
     if backlog > 0:
         why += f" + {queued:.0f} queued ({backlog:.2f})"
         parts["backlogReplicas"] = backlog
     parts["demandReplicas"] = steady + backlog
     return Demand(steady, backlog, ceil_replicas(running / c), parts, why)
+
+
+def _capacity(
+    qps: float,
+    peak: float,
+    envelope_load: float,
+    slot: float,
+    c: int,
+    targets: AutoscalingTargets,
+    why: str,
+    falling: bool,
+    parts: dict[str, float],
+) -> tuple[float, str]:
+    """The capacity rule's replicas for the largest of the stable rate with headroom, the peak with burst headroom
+    and the burst envelope, and the sentence that says which (its parts go into `parts`). NaN where no load can be
+    sized (a headroom below -1, which the spec's rules refuse): `unknown_demand` reports it."""
+    stable_load = qps * (1.0 + targets.headroom)
+    burst_load = peak * (1.0 + targets.burst_headroom)
+    load = max(stable_load, burst_load, envelope_load)
+    capacity = replicas_exact(load, slot, c) if load >= 0 else math.nan
+    basis = why
+    if burst_load > stable_load:
+        basis = f"{peak:.3g} req/s peak" + (f" ({why})" if falling else "")
+    if envelope_load > max(stable_load, burst_load):
+        basis = f"{envelope_load:.3g} req/s burst envelope ({qps:.3g} req/s now)"
+        parts["envelopeQps"] = envelope_load
+    parts["capacityReplicas"] = capacity
+    return capacity, f"{basis} x {slot:.3g}s slot / C {c} = {capacity:.2f}"
 
 
 def _panic(current: FleetState, samples: Samples, spec: AutoscalingSpec) -> bool:

@@ -40,13 +40,14 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, replace
 
 from ..api.groups import WorkerGroup
+from ..api.limits import MAX_REPLICAS
 from ..api.spec import AutoscalingSpec, PrefillGPUShare, Role
 from ..capacity import ceil_replicas
 from ..prometheus.roles import ROLES, RoleSamples
 from ..topology import topology
 from .fleet_split import GroupShape, Split, shapes, split_capacity, unit_bounds
 from .policy import Load, Rule, clamp_count, project, prune_history, quiet_window, select_rule, stabilise, tolerate
-from .signals import FleetState, Mode, Recommendation, usable
+from .signals import FleetState, Mode, Recommendation, unknown_demand, unreadable, usable
 
 HOLD = "hold"
 BOUNDS = "bounds"
@@ -185,8 +186,12 @@ def _problem(role: Role, samples: RoleSamples | None, spec: AutoscalingSpec, now
     if samples.age_seconds is None:
         return f"no scrape of the {role} servers"
     age = samples.age_seconds + max(0.0, now - samples.collected_at)
+    if not math.isfinite(age):
+        return f"the {role} metrics' age reads {age:g}: unknown"
     if age > spec.windows.metrics_max_age_seconds:
         return f"{role} metrics are {age:.0f}s old (max {spec.windows.metrics_max_age_seconds}s)"
+    if (unknown := unreadable(samples)) is not None:
+        return f"{role} {unknown}"
     return None
 
 
@@ -250,38 +255,40 @@ def _peak(load: Load) -> float:
 
 
 def prefill_demand(fleet: RoleFleet, samples: RoleSamples, spec: AutoscalingSpec) -> RoleDemand | str:
-    """Units the prefill role needs: uncached tokens per second over a unit's rate, plus its queues."""
+    """Units the prefill role needs: uncached tokens per second over a unit's rate, plus its queues; or why that is
+    unknown (no rate, or a term that is not finite or past MAX_DEMAND_REPLICAS: `unknown_demand`)."""
     rule, why, parts = role_rule("prefill", samples, spec)
     targets, current = rule.spec.targets, fleet.current
-    tokens, peak = _number(rule.load.stable), _peak(rule.load)
     rate, per_request = prefill_rate(fleet, samples)
     queued, bootstrap = _number(samples.queued), _number(samples.bootstrap_queued_persisted)
     running = _number(samples.running)
     parts["uncachedTokensPerSecond"] = _number(samples.uncached_tokens)
     steady, signal = 0.0, "uncachedTokens"
-    if rate is None and tokens > 0:
+    if rate is None and _number(rule.load.stable) > 0:
         return "no prefill rate: no slot time from the prefill servers (set targets.prefillTokensPerSecondPerGPU)"
+    if rate is not None and not (math.isfinite(rate) and rate > 0):
+        return f"prefill rate unknown: {rate:g} tokens/s per replica (from {_fmt(per_request or 0.0)} tokens/request)"
     if rate is not None:
-        load = max(tokens * (1.0 + targets.headroom), peak * (1.0 + targets.burst_headroom))
-        steady = load / rate
-        if load != tokens * (1.0 + targets.headroom):
-            why = f"{_fmt(peak)} uncached tokens/s peak" + (f" ({why})" if rule.falling is not None else "")
-        why = f"{why} / {_fmt(rate)} tokens/s per replica = {steady:.2f}"
+        steady, why = _tokens_term(rule, rate, why)
         parts["prefillTokensPerSecondPerReplica"] = rate
     ttft, ttft_target = samples.time_to_first_token, targets.time_to_first_token_seconds
-    if ttft_target and ttft is not None and usable(ttft) and ttft > ttft_target and current.ready > 0:
-        by_ttft = current.ready * ttft / ttft_target
+    by_ttft = _latency_term(current.ready, ttft, ttft_target)
+    if by_ttft is not None:
         parts["timeToFirstTokenReplicas"] = by_ttft
         if by_ttft > steady:
             steady, signal = by_ttft, "timeToFirstToken"
             why = f"router TTFT {ttft:.3g}s vs target {ttft_target:g}s on {current.ready} ready = {by_ttft:.2f} ({why})"
-    if max(tokens, running, queued, _number(samples.bootstrap_queued)) > 0 and steady < 1.0:
+    if max(_number(rule.load.stable), running, queued, _number(samples.bootstrap_queued)) > 0 and steady < 1.0:
         steady, why = 1.0, f"{why}, 1 while requests run"
     excess = max(0.0, queued + bootstrap - targets.queue_per_replica * current.ready)
     if rate is not None and per_request is not None:
         backlog = excess * per_request / (rate * max(1.0, float(spec.startup_seconds)))
     else:
         backlog = excess / fleet.concurrency
+    terms = {signal: steady, "timeToFirstToken": by_ttft or 0.0, "the queues": backlog,
+             "the running requests": running / fleet.concurrency}  # fmt: skip
+    if (unknown := unknown_demand(terms)) is not None:
+        return f"prefill {unknown}"
     if backlog > 0:
         why += f" + {queued:.0f} queued, {bootstrap:.0f} in bootstrap ({backlog:.2f})"
         parts["backlogReplicas"] = backlog
@@ -291,8 +298,27 @@ def prefill_demand(fleet: RoleFleet, samples: RoleSamples, spec: AutoscalingSpec
     return RoleDemand(steady, backlog, in_flight, signal, backlog_signal, why, parts, rule)
 
 
-def decode_demand(fleet: RoleFleet, samples: RoleSamples, spec: AutoscalingSpec) -> RoleDemand:
-    """Units the decode role needs: the largest of its concurrency, KV usage and latency terms, plus its queues."""
+def _tokens_term(rule: Rule, rate: float, why: str) -> tuple[float, str]:
+    """Units the uncached tokens ask for at `rate` tokens/s per unit: the stable rate with headroom or the busiest
+    short-window rate with burst headroom, whichever is more; and the sentence, from the stable load's (`why`)."""
+    targets, tokens, peak = rule.spec.targets, _number(rule.load.stable), _peak(rule.load)
+    load = max(tokens * (1.0 + targets.headroom), peak * (1.0 + targets.burst_headroom))
+    steady = load / rate
+    if load != tokens * (1.0 + targets.headroom):
+        why = f"{_fmt(peak)} uncached tokens/s peak" + (f" ({why})" if rule.falling is not None else "")
+    return steady, f"{why} / {_fmt(rate)} tokens/s per replica = {steady:.2f}"
+
+
+def _latency_term(ready: int, latency: float | None, target: float | None) -> float | None:
+    """Ready x latency / target while a latency reading is above its target (a target above 0), else None."""
+    if not target or target <= 0 or latency is None or not usable(latency) or latency <= target or ready <= 0:
+        return None
+    return ready * latency / target
+
+
+def decode_demand(fleet: RoleFleet, samples: RoleSamples, spec: AutoscalingSpec) -> RoleDemand | str:
+    """Units the decode role needs: the largest of its concurrency, KV usage and latency terms, plus its queues; or
+    why that is unknown (a term that is not finite or past MAX_DEMAND_REPLICAS: `unknown_demand`)."""
     rule, text, parts = role_rule("decode", samples, spec)
     targets, current, c = rule.spec.targets, fleet.current, fleet.concurrency
     mean, peak, running = _number(rule.load.stable), _peak(rule.load), _number(samples.running)
@@ -302,14 +328,16 @@ def decode_demand(fleet: RoleFleet, samples: RoleSamples, spec: AutoscalingSpec)
         "concurrency": f"{text} x {1 + targets.headroom:g} (peak {peak:.3g} x {1 + targets.burst_headroom:g}) / C {c}"
         f" = {terms['concurrency']:.2f}"
     }
-    usage = samples.token_usage
-    if usage is not None and usable(usage) and current.ready > 0:
-        terms["tokenUsage"] = current.ready * usage / targets.decode_token_usage
+    usage, usage_target = samples.token_usage, targets.decode_token_usage
+    if usage is not None and usable(usage) and current.ready > 0 and usage_target > 0:
+        terms["tokenUsage"] = current.ready * usage / usage_target
         why["tokenUsage"] = f"KV usage {usage:.2f} vs target {targets.decode_token_usage:g} on {current.ready} ready"
     latency, target = samples.inter_token_latency, targets.inter_token_latency_seconds
-    if target and latency is not None and usable(latency) and latency > target and current.ready > 0:
-        terms["interTokenLatency"] = current.ready * latency / target
+    if (by_latency := _latency_term(current.ready, latency, target)) is not None:
+        terms["interTokenLatency"] = by_latency
         why["interTokenLatency"] = f"inter-token latency {latency:.3g}s vs target {target:g}s on {current.ready} ready"
+    if (unknown := unknown_demand(terms)) is not None:
+        return f"decode {unknown}"
     signal = max(terms, key=lambda name: terms[name])
     steady = terms[signal]
     text = why[signal]
@@ -320,6 +348,8 @@ def decode_demand(fleet: RoleFleet, samples: RoleSamples, spec: AutoscalingSpec)
     requests, measured = _number(samples.requests), _number(samples.running_mean)
     stay = measured / requests if requests > 0 and measured > 0 else None  # Little's law: seconds a request stays
     backlog = excess * (min(1.0, stay / max(1.0, float(spec.startup_seconds))) if stay else 1.0) / c
+    if (unknown := unknown_demand({"the queues": backlog, "the running requests": running / c})) is not None:
+        return f"decode {unknown}"
     if backlog > 0:
         text += f" + {prealloc:.0f} awaiting KV, {queued:.0f} queued ({backlog:.2f})"
         parts["backlogReplicas"] = backlog
@@ -364,13 +394,16 @@ def _observed(samples: RoleSamples | None, now: float) -> dict[str, float]:
 
 def split_roles(fleets: Mapping[Role, RoleFleet], units: Mapping[Role, int], max_gpus: int | None) -> dict[Role, Split]:
     """Each role's units as replicas per group: decode first within the budget less prefill's minimum GPUs (its
-    running requests are the ones a shortfall would cut), prefill within what decode leaves."""
+    running requests are the ones a shortfall would cut), prefill within what decode leaves; the same for the fleet's
+    bound on replicas (`MAX_REPLICAS`, both roles together)."""
     prefill, decode = fleets["prefill"], fleets["decode"]
     prefill_floor = sum(g.gpus * g.min_replicas for g in prefill.shapes)
+    room = MAX_REPLICAS - sum(g.min_replicas for g in prefill.shapes)
     d = split_capacity(units["decode"] * decode.shapes[0].concurrency, decode.shapes,
-                       None if max_gpus is None else max_gpus - prefill_floor)  # fmt: skip
+                       None if max_gpus is None else max_gpus - prefill_floor, room)  # fmt: skip
     left = None if max_gpus is None else max_gpus - gpus(decode.shapes, d)
-    p = split_capacity(units["prefill"] * prefill.shapes[0].concurrency, prefill.shapes, left)
+    p = split_capacity(units["prefill"] * prefill.shapes[0].concurrency, prefill.shapes, left,
+                       MAX_REPLICAS - sum(d.replicas.values()))  # fmt: skip
     return {"prefill": p, "decode": d}
 
 
@@ -417,8 +450,8 @@ def _into_share(
     limits: PrefillGPUShare,
     too_much_prefill: bool,
 ) -> dict[Role, int]:
-    """Units inside the share: the role below its share grows, one unit at a time, until the share is inside, its
-    bounds or the budget stop it; then the other shrinks to its minimum at most."""
+    """Units inside the share: the role below its share grows until the share is inside, its bounds or the budget
+    stop it; then the other shrinks to its minimum at most."""
     grow: Role = "decode" if too_much_prefill else "prefill"
     shrink: Role = "prefill" if too_much_prefill else "decode"
 
@@ -426,11 +459,11 @@ def _into_share(
         share = prefill_share(fleets, split_roles(fleets, trial, spec.max_gpus))
         return share is not None and (share > limits.max if too_much_prefill else share < limits.min)
 
-    units = _step_while(fleets, units, grow, +1, spec, outside)
-    return _step_while(fleets, units, shrink, -1, spec, outside)
+    units = _move_while(fleets, units, grow, +1, spec, outside)
+    return _move_while(fleets, units, shrink, -1, spec, outside)
 
 
-def _step_while(
+def _move_while(
     fleets: Mapping[Role, RoleFleet],
     units: dict[Role, int],
     role: Role,
@@ -438,15 +471,41 @@ def _step_while(
     spec: AutoscalingSpec,
     outside: Callable[[Mapping[Role, int]], bool],
 ) -> dict[Role, int]:
-    """Move `role` by `step` units, within its bounds, while the share is outside; a step that does not change the
-    role's replicas (the budget, or a larger group's replica still covering it) is taken only with the next."""
+    """`role` moved in the direction of `step`, within its bounds, by the fewest units that bring the share inside;
+    where its bound comes first, by the fewest units that reach the replicas of its bound (units past the last
+    change of the split add nothing but a count the groups do not run).
+
+    Found by bisection, a split per probe (O(log units x groups)), not a unit at a time: moving one role one way
+    moves the prefill share one way only. The split is monotone in demand and in the GPU budget (a larger one never
+    takes a replica from a group, nor uses fewer GPUs), and the budget prefill gets is what decode leaves, so growing
+    decode or shrinking prefill never raises the share, and growing prefill or shrinking decode never lowers it.
+    Whether the share is inside, and whether the split has reached its bound's, each flip once along the way."""
     bounds = unit_bounds(spec, fleets[role].shapes)
-    trial = dict(units)
-    while outside(units):
-        trial = {**trial, role: trial[role] + step}
-        if not bounds.min_replicas <= trial[role] <= bounds.max_replicas:
-            break
-        before, after = (split_roles(fleets, u, spec.max_gpus)[role].replicas for u in (units, trial))
-        if before != after:
-            units = trial
-    return units
+    bound = bounds.max_replicas if step > 0 else bounds.min_replicas
+    start = units[role]
+    if not outside(units) or not bounds.min_replicas <= start + step <= bounds.max_replicas:
+        return units
+
+    def at(count: int) -> dict[Role, int]:
+        return {**units, role: count}
+
+    def replicas(count: int) -> dict[str, int]:
+        return split_roles(fleets, at(count), spec.max_gpus)[role].replicas
+
+    if not outside(at(bound)):
+        return at(_first(start, bound, lambda n: not outside(at(n))))
+    final = replicas(bound)
+    return units if replicas(start) == final else at(_first(start, bound, lambda n: replicas(n) == final))
+
+
+def _first(start: int, bound: int, reached: Callable[[int], bool]) -> int:
+    """The count nearest `start` on the way to `bound` (`start` excluded, `bound` included) where `reached` holds,
+    given that it holds at `bound` and, once it holds, holds from there to `bound`."""
+    near, far = start, bound  # reached(far) holds; near is `start` or a count where it does not
+    while abs(far - near) > 1:
+        middle = (near + far) // 2
+        if reached(middle):
+            far = middle
+        else:
+            near = middle
+    return far

@@ -5,10 +5,13 @@ memory round-trips through `status.autoscaler.state` as JSON.
 """
 
 import math
+import re
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, fields
 from typing import Any, Literal
 
+from ..api.limits import MAX_DEMAND_REPLICAS, MAX_READING
+from ..prometheus.roles import RoleSamples
 from ..prometheus.samples import Samples as Samples  # what Prometheus said: defined where it is read
 
 Mode = Literal["normal", "panic", "hold"]
@@ -118,3 +121,34 @@ def history_from_state(state: Mapping[str, Any] | None) -> tuple[Recommendation,
 def usable(value: float | None) -> bool:
     """A reading the policy may act on: present, finite and not negative."""
     return value is not None and math.isfinite(value) and value >= 0
+
+
+def _camel(name: str) -> str:
+    return re.sub(r"_([a-z])", lambda m: m.group(1).upper(), name)
+
+
+def unreadable(samples: Samples | RoleSamples) -> str | None:
+    """Which reading no real fleet gives, or None: a number past MAX_READING (an infinity included), or a point of
+    a series whose time or value is not a finite number within it. Such a reading is unknown, never computed on:
+    the decision holds and names it (NaN and negative readings are missing, as `usable` reads them)."""
+    for item in fields(samples):
+        value = getattr(samples, item.name)
+        if isinstance(value, int | float) and value > MAX_READING:
+            return f"{_camel(item.name)} reads {value:g}, past {MAX_READING:g}: unknown"
+        if isinstance(value, tuple):
+            for point in value:
+                if not all(math.isfinite(x) and abs(x) <= MAX_READING for x in point):
+                    return f"{_camel(item.name)} has a point {point!r} that is no reading: unknown"
+    return None
+
+
+def unknown_demand(terms: Mapping[str, float]) -> str | None:
+    """Which term of a demand cannot be computed on, or None: one that is not finite, or asks for more than
+    MAX_DEMAND_REPLICAS (a target that divides a reading into an overflow, a reading that multiplies one). The
+    decision then holds and says so, as it does for a missing metric; `math.ceil` never sees it."""
+    for name, value in terms.items():
+        if not (math.isfinite(value) and abs(value) <= MAX_DEMAND_REPLICAS):
+            return (
+                f"demand unknown: {name} asks for {value:.3g} replicas (at most {MAX_DEMAND_REPLICAS:g} is computed on)"
+            )
+    return None

@@ -10,6 +10,7 @@ against the healthy one, not against a median it pulls up itself.
 """
 
 import itertools
+import math
 import statistics
 from collections.abc import Mapping
 from datetime import UTC, datetime
@@ -67,6 +68,11 @@ def _ms(seconds: float) -> str:
 
 def _num(value: float) -> str:
     return f"{value:.3g}"
+
+
+def _whole(value: float) -> str:
+    """A count as a whole number; one that is not finite as it reads (int() would raise on it)."""
+    return str(int(value)) if math.isfinite(value) else f"{value:g}"
 
 
 def _pct(value: float) -> str:
@@ -230,7 +236,7 @@ def slow_replicas(
         if not parts:
             continue
         pod = replicas[name]
-        count = int((metrics.requests or {}).get(name, 0))
+        count = _whole((metrics.requests or {}).get(name, 0.0))
         found.append(
             Candidate(
                 "SlowReplica",

@@ -12,6 +12,7 @@ unknown (its findings are then held), and [] in a colocated fleet, which has non
 - `HandoffStuck`: a decode's prealloc queue grows (or never empties) over the window while every prefill idles.
 """
 
+import math
 from collections.abc import Iterable, Mapping
 from urllib.parse import urlsplit
 
@@ -142,8 +143,7 @@ def rendezvous_failures(metrics: ReplicaMetrics | None, facts: FleetFacts) -> li
         if total < MIN_FAILURES:
             continue
         parts = ", ".join(
-            f"{max(1, round(v))} in phase {phase or '?'} ({leg or '?'} leg)"
-            for (leg, phase), v in sorted(counts.items())
+            f"{_times(v)} in phase {phase or '?'} ({leg or '?'} leg)" for (leg, phase), v in sorted(counts.items())
         )
         phases = sorted({phase for _, phase in counts})
         action = "; ".join(
@@ -154,12 +154,18 @@ def rendezvous_failures(metrics: ReplicaMetrics | None, facts: FleetFacts) -> li
             Candidate(
                 "RendezvousFailures",
                 router,
-                f"smg_pd_rendezvous_failures_total rose by {max(1, round(total))} over {metrics.window_seconds}s on "
+                f"smg_pd_rendezvous_failures_total rose by {_times(total)} over {metrics.window_seconds}s on "
                 f"router pod {router}: {parts}; {_failure_meaning(phases)}",
                 action,
             )
         )
     return found
+
+
+def _times(value: float) -> str:
+    """How many failures an `increase` of `value` is: at least 1, rounded; a sum that overflowed as it reads
+    (round() would raise on it)."""
+    return str(max(1, round(value))) if math.isfinite(value) else f"{value:g}"
 
 
 def _failure_meaning(phases: list[str]) -> str:
