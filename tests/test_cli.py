@@ -83,6 +83,35 @@ def test_own_prometheus_needs_the_operator_to_allow_it() -> None:
     assert allowed.returncode == 0, allowed.stderr
 
 
+@pytest.mark.parametrize("value", ["rdma/ib", "rdma hca", "rdma", "RDMA/ib", "rdma/ib,rdma/roce", " rdma/ib", ""])
+def test_validate_reads_the_rdma_resource_as_run_does(value: str) -> None:
+    """Issue 37: `validate --rdma-resource "rdma hca"` accepted the RDMA fleet that `run` (which reads a value that
+    is no extended resource name as none) and the chart's policy refuse. One parser for both: `settings`."""
+    validate = cli._settings(cli.build_parser().parse_args(["validate", "-f", "x", "--rdma-resource", value]))
+    run_args = cli.build_parser().parse_args(["run", "--rdma-resource", value])
+    assert validate.pod_policy == cli.run_settings(run_args, {}).pod_policy
+
+
+def test_an_rdma_resource_run_would_not_read_allows_no_rdma_fleet() -> None:
+    example = str(REPO / "examples" / "deepseek-v3-pd.yaml")
+    for command in ("validate", "render"):
+        refused = run(command, "-f", example, "--rdma-resource", "rdma hca")
+        assert refused.returncode == 1 and refused.stdout == "", command
+        assert f"error: {example}: spec.disaggregation.transferBackend: mooncake moves KV over RDMA" in refused.stderr
+    assert run("validate", "-f", example, "--rdma-resource", "rdma/ib").returncode == 0
+
+
+def test_the_gpu_resource_must_not_be_the_rdma_resource(tmp_path: Path) -> None:
+    """Issue 37: under `--rdma-resource rdma/ib`, `gpuResourceName: rdma/ib` replaced a worker's GPUs by one RDMA
+    device; refused naming the field."""
+    path = write(tmp_path, "apiVersion: sglang.ai/v1alpha1\nkind: SGLangDeployment\nmetadata: {name: g}\n"
+                           "spec: {model: {path: m}, resources: {gpuResourceName: rdma/ib}}\n")  # fmt: skip
+    refused = run("validate", "-f", path, "--rdma-resource", "rdma/ib")
+    assert refused.returncode == 1
+    assert refused.stderr.startswith(f"error: {path}: spec.resources.gpuResourceName: rdma/ib is the RDMA device")
+    assert run("validate", "-f", path).returncode == 0
+
+
 def test_validate_json_errors(tmp_path: Path) -> None:
     result = run("validate", "-f", write(tmp_path, INVALID), "-o", "json")
     assert result.returncode == 1

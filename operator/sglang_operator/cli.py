@@ -27,7 +27,7 @@ from .groupplan import GroupArgError, format_plan, parse_group, plan_groups
 from .kubeyaml import kubectl_dumper
 from .render import Owner, render_all
 from .runtime.leasetiming import Timing
-from .settings import OperatorSettings, PodPolicy, load_settings, operator_environment
+from .settings import OperatorSettings, load_settings, operator_environment
 
 MAX_ERROR_LINES = 100
 """Problems printed per file; a list of 100,000 wrong items says the same thing after the first hundred."""
@@ -104,11 +104,15 @@ def _print_errors(source: str, errors: list[FieldError]) -> None:
 
 
 def _settings(args: argparse.Namespace) -> OperatorSettings:
-    return OperatorSettings(
-        pod_policy=PodPolicy(
-            allowed_host_paths=tuple(args.allow_host_path or ()), rdma_resource=getattr(args, "rdma_resource", None)
-        ),
-        allowed_prometheus_urls=tuple(args.allow_prometheus_url or ()),
+    """The operator `validate` and `render` check against: their policy flags read by the parser `run` reads its own
+    with (`settings.load_settings`), so that a value `run` reads as none (`--rdma-resource "rdma hca"`, not a
+    resource name) is none here too; the environment is not read (by default, the default operator)."""
+    return load_settings(
+        operator_environment(
+            allowed_host_paths=args.allow_host_path or [],
+            allowed_prometheus_urls=args.allow_prometheus_url or [],
+            rdma_resource=args.rdma_resource,
+        )
     )
 
 

@@ -4,7 +4,10 @@
   `pkg/apis/core/validation` and apimachinery as oracles) on every short string over the characters that matter.
 - envFrom has Kubernetes' shape; the operator's own env is in `env`, which the kubelet applies after `envFrom`.
 - The operator's annotations fit the share of 256 KiB the template leaves them.
-- Sidecars and init containers get cpu, memory and ephemeral-storage, nothing else.
+- Sidecars and init containers get cpu, memory and ephemeral-storage, nothing else; the main container's entry
+  these and hugepages (issue 37): its GPUs and RDMA device are the operator's, whatever the template says.
+- Strings that reach exec hold no NUL, command-line values no control character, in one class that the API server's
+  RE2 and `validate` read alike (issue 37); Secret keys are keys a Secret can hold.
 - Tolerations, selector requirements, requests over limits and resourceFieldRef divisors are refused where
   Kubernetes 1.37's pod validation (ported as oracles) refuses them.
 - Every edge-case spec of `edge_specs` is accepted and renders children that pass kubernetes-validate (the e2e twin
@@ -21,6 +24,7 @@ import kubernetes_validate
 import pytest
 
 from localcluster.nodeagent.envvars import PodFacts, container_env
+from sglang_operator.api.base import CONTROL, NO_NUL
 from sglang_operator.api.constants import ANNOTATION_DRAINING, ANNOTATION_SPEC_HASH, ANNOTATION_WARM
 from sglang_operator.api.crdgen import render_crd_yaml
 from sglang_operator.api.limits import OPERATOR_ANNOTATION_BYTES, POD_ANNOTATION_BYTES, TEMPLATE_ANNOTATION_BYTES
@@ -34,7 +38,7 @@ from sglang_operator.api.podtypes import (
     VOLUME_FIELD_PATH,
 )
 from sglang_operator.api.resource_rules import quantity
-from sglang_operator.api.spec import SGLangDeploymentSpec
+from sglang_operator.api.spec import SECRET_KEY, SGLangDeploymentSpec
 from sglang_operator.api.validation import parse_spec
 from sglang_operator.render import Owner, render_all
 from sglang_operator.render.workers import API_KEY_ENV, worker_pod
@@ -92,9 +96,10 @@ def _strings(alphabet: str, longest: int) -> list[str]:
         (DESCENDING_PATH, _k8s_descending_path, "./a"),
         (RELATIVE_PATH, _k8s_non_reserved_path, "./a"),
         (CONFIG_KEY, _k8s_config_key, ".a/-_ "),
+        (SECRET_KEY, _k8s_config_key, ".a/-_ "),
         (ENV_NAME, _k8s_env_name, ".a1=-"),
     ],
-    ids=["subPath", "item path", "Secret key", "env name"],
+    ids=["subPath", "item path", "Secret key", "Secret key of a reference", "env name"],
 )
 def test_patterns_agree_with_kubernetes_on_every_short_string(pattern: str, oracle: Any, alphabet: str) -> None:
     """Exhaustive over strings of up to 6 characters: the schema refuses exactly what the API server refuses in
@@ -232,10 +237,40 @@ def test_sidecars_keep_cpu_memory_and_ephemeral_storage(where: str) -> None:
     assert _errors({"model": {"path": "m"}, "template": {"spec": {where: [container]}}}) == []
 
 
-def test_the_main_container_keeps_its_own_extended_resources() -> None:
-    """RDMA devices and the like are the worker's to ask for: the rule is about sidecars and init containers."""
-    main = {"name": "sglang", "resources": {"limits": {"rdma/ib": "1"}}}
-    assert _errors({"model": {"path": "m"}, "template": {"spec": {"containers": [main]}}}) == []
+_MAIN_EXTENDED = ["rdma/ib", "rdma/rdma_shared_device_a", "nvidia.com/gpu", "nvidia.com/mig-1g.10gb", "amd.com/gpu",
+                  "google.com/tpu", "example.kubernetes.io/x", "gpu"]  # fmt: skip
+
+
+@pytest.mark.parametrize("resource", _MAIN_EXTENDED)
+@pytest.mark.parametrize("kind", ["requests", "limits"])
+def test_the_main_container_gets_no_extended_resource_of_its_own(resource: str, kind: str) -> None:
+    """Issue 37: the `sglang` entry asking for an RDMA device without the admin's setting, 8 where the operator
+    renders 1, or `amd.com/gpu` and MIG slices outside maxGPUs. Its GPUs follow from parallelism, its RDMA device
+    from the operator's settings; at the top level and in a worker group's template alike."""
+    main = {"name": "sglang", "resources": {kind: {resource: "8"}}}
+    template = {"spec": {"containers": [main]}}
+    assert "spec.template.spec.containers" in [f for f, _ in _errors({"model": {"path": "m"}, "template": template})]
+    group = {"name": "g", "replicas": 1, "parallelism": {}, "template": template}
+    assert "spec.workerGroups[0].template.spec.containers" in [
+        f for f, _ in _errors({"model": {"path": "m"}, "workerGroups": [group]})
+    ]
+
+
+def test_the_main_container_keeps_cpu_memory_storage_and_hugepages() -> None:
+    amounts = {**dict.fromkeys(SIDECAR_RESOURCES, "1"), "hugepages-2Mi": "1Gi", "hugepages-1Gi": "2Gi"}
+    main = {"name": "sglang", "resources": {"requests": amounts, "limits": amounts}}
+    raw = {"model": {"path": "m"}, "template": {"spec": {"containers": [main]}}}
+    assert _errors(raw) == []
+    pod = worker_pod(_spec(raw), OWNER, "r1", 0, 0)
+    assert pod["spec"]["containers"][0]["resources"]["limits"] == {"nvidia.com/gpu": "1", **amounts}
+    kubernetes_validate.validate(pod, K8S_VERSION, strict=True)
+
+
+def test_a_sidecar_gets_no_hugepages() -> None:
+    sidecar = {"name": "helper", "image": "busybox:1.36", "resources": {"limits": {"hugepages-2Mi": "1Gi"}}}
+    assert [f for f, _ in _errors({"model": {"path": "m"}, "template": {"spec": {"containers": [sidecar]}}})] == [
+        "spec.template.spec.containers"
+    ]
 
 
 # -- every edge-case spec renders valid children ------------------------------------------------------------------
@@ -350,14 +385,14 @@ def test_sidecar_requests_are_at_most_their_limits(request_: str, limit: str, wh
         ({"memory": "64Gi"}, {"limits": {"memory": "32Gi"}}, False),
         ({"memory": "64Gi"}, {"requests": {"memory": "32Gi"}, "limits": {"memory": "32Gi"}}, True),
         ({}, {"requests": {"cpu": "16"}}, True),
-        ({}, {"limits": {"rdma/ib": "1"}}, True),
-        ({}, {"requests": {"rdma/ib": "1"}}, False),
-        ({}, {"requests": {"rdma/ib": "1"}, "limits": {"rdma/ib": "1"}}, True),
-        ({}, {"requests": {"rdma/ib": "1"}, "limits": {"rdma/ib": "2"}}, False),
-        ({}, {"limits": {"rdma/ib": "500m"}}, False),
+        ({}, {"requests": {"ephemeral-storage": "2Gi"}, "limits": {"ephemeral-storage": "1Gi"}}, False),
+        ({}, {"requests": {"ephemeral-storage": "500Mi"}, "limits": {"ephemeral-storage": "1Gi"}}, True),
+        ({}, {"limits": {"hugepages-2Mi": "1Gi"}}, True),
         ({}, {"requests": {"hugepages-2Mi": "1Gi"}}, False),
         ({}, {"requests": {"hugepages-2Mi": "1Gi"}, "limits": {"hugepages-2Mi": "1Gi"}}, True),
-        ({}, {"requests": {"example.kubernetes.io/x": "3"}}, True),
+        ({}, {"requests": {"hugepages-2Mi": "1Gi"}, "limits": {"hugepages-2Mi": "2Gi"}}, False),
+        ({}, {"limits": {"hugepages-2Mi": "500m"}}, False),
+        ({}, {"limits": {"rdma/ib": "1"}}, False),  # an extended resource at all (above)
     ],
 )
 def test_the_main_containers_requests_are_within_its_limits(
@@ -403,3 +438,120 @@ def test_a_projected_source_gives_each_path_once() -> None:
     ]
     crd = render_crd_yaml()
     assert crd.count("x-kubernetes-list-map-keys:") == crd.count("x-kubernetes-list-type: map") == 6
+
+
+# -- characters exec cannot pass, and one class for both regex engines (issue 37) ------------------------------------
+
+_ENGINE_DEPENDENT = re.compile(r"\\[sSwWdDbB]|\[\[:|\\p\{|\\P\{")
+"""Classes whose members differ between RE2 (the API server: ASCII) and pydantic's and Python's engines (Unicode)."""
+
+
+def _crd_patterns(node: Any) -> list[str]:
+    if isinstance(node, dict):
+        own = [node["pattern"]] if isinstance(node.get("pattern"), str) else []
+        return own + [p for value in node.values() for p in _crd_patterns(value)]
+    if isinstance(node, list):
+        return [p for value in node for p in _crd_patterns(value)]
+    return []
+
+
+def test_every_pattern_reads_alike_in_re2_and_validate() -> None:
+    """`\\s` is `[\\t\\n\\f\\r ]` to RE2 and Unicode whitespace to `validate`: U+00A0, U+2028 and `\\v` were refused by
+    one and admitted by the other. Every pattern of the CRD spells its classes out (`base.CONTROL`)."""
+    import yaml
+
+    crd = yaml.safe_load(render_crd_yaml())
+    patterns = sorted(set(_crd_patterns(crd)))
+    assert patterns
+    assert [p for p in patterns if _ENGINE_DEPENDENT.search(p)] == []
+
+
+_COMMAND_LINE = {
+    "spec.model.revision": lambda v: {"model": {"path": "m", "revision": v}},
+    "spec.model.servedName": lambda v: {"model": {"path": "m", "servedName": v}},
+    "spec.disaggregation.ibDevice": lambda v: {
+        "model": {"path": "m"},
+        "disaggregation": {"transferBackend": "mooncake_tcp", "ibDevice": v},
+        "workerGroups": [
+            {"name": "p", "role": "prefill", "replicas": 1, "parallelism": {}},
+            {"name": "d", "role": "decode", "parallelism": {}},
+        ],
+    },
+}
+_CONTROLS = ["\x00", "\x01", "\t", "\n", "\x0b", "\x0c", "\r", "\x1b", "\x1f", "\x7f"]
+
+
+@pytest.mark.parametrize("field", sorted(_COMMAND_LINE))
+@pytest.mark.parametrize("char", _CONTROLS, ids=[f"{ord(c):#04x}" for c in _CONTROLS])
+def test_command_line_values_hold_no_control_character(field: str, char: str) -> None:
+    """Issue 37: a NUL (which exec cannot pass: every pod fails at start, no field named) or any other C0 or DEL in
+    a value placed after a flag is refused naming the field, by `validate` and the CRD's pattern alike."""
+    assert [f for f, _ in _errors(_COMMAND_LINE[field](f"mlx5{char}0"))] == [field]
+
+
+@pytest.mark.parametrize("field", sorted(_COMMAND_LINE))
+@pytest.mark.parametrize("char", ["\u00a0", "\u2028", "\u0085", "\u3000"])
+def test_command_line_values_read_unicode_as_the_api_server_does(field: str, char: str) -> None:
+    """Not control characters: the API server (RE2's ASCII classes) admits them, and now `validate` does too (it
+    refused them through a Unicode `\\s`); exec passes them, as bytes of UTF-8."""
+    assert _errors(_COMMAND_LINE[field](f"mlx5{char}0")) == []
+
+
+def _env_value_spec(where: str, value: str) -> dict[str, Any]:
+    env = [{"name": "X", "value": value}]
+    if where == "engine":
+        return {"model": {"path": "m"}, "engine": {"env": env}}
+    if where == "group":
+        return {"model": {"path": "m"}, "workerGroups": [{"name": "g", "parallelism": {}, "engine": {"env": env}}]}
+    container = {"name": "sglang", "env": env} if where == "main" else {"name": "h", "image": "b", "env": env}
+    return {"model": {"path": "m"}, "template": {"spec": {"containers": [container]}}}
+
+
+_ENV_FIELDS = {
+    "engine": "spec.engine.env[0].value",
+    "group": "spec.workerGroups[0].engine.env[0].value",
+    "main": "spec.template.spec.containers[0].env[0].value",
+    "sidecar": "spec.template.spec.containers[0].env[0].value",
+}
+
+
+@pytest.mark.parametrize("where", sorted(_ENV_FIELDS))
+def test_env_values_hold_no_nul(where: str) -> None:
+    """Issue 37: exec takes env as C strings, so a NUL fails the container at every start. Kubernetes checks nothing
+    in an env value; everything else a value may hold passes exec verbatim, and stays allowed (multi-line PEM, tabs,
+    an escape sequence)."""
+    assert [f for f, _ in _errors(_env_value_spec(where, "a\x00b"))] == [_ENV_FIELDS[where]]
+    assert _errors(_env_value_spec(where, "-----BEGIN-----\r\n\tx\x1b[0m\x7f\u00a0\n")) == []
+
+
+def test_a_sidecars_command_holds_no_nul() -> None:
+    def sidecar(**fields: Any) -> dict[str, Any]:
+        return {"model": {"path": "m"}, "template": {"spec": {"containers": [{"name": "h", "image": "b", **fields}]}}}
+
+    assert [f for f, _ in _errors(sidecar(command=["sh", "-c", "a\x00b"]))] == [
+        "spec.template.spec.containers[0].command[2]"
+    ]
+    assert [f for f, _ in _errors(sidecar(args=["\x00"]))] == ["spec.template.spec.containers[0].args[0]"]
+    assert _errors(sidecar(command=["sh", "-c", "echo a\n\techo b"])) == []
+
+
+def test_the_character_classes_are_ascii_and_exact() -> None:
+    """C0 and DEL, nothing more: the same 33 code points whichever engine reads the class."""
+    members = [chr(i) for i in range(0x3000) if re.fullmatch(f"[{CONTROL}]", chr(i))]
+    assert members == [chr(i) for i in range(0x20)] + ["\x7f"]
+    assert [chr(i) for i in range(0x3000) if not re.fullmatch(NO_NUL, chr(i))] == ["\x00"]
+
+
+@pytest.mark.parametrize(
+    ("key", "accepted"),
+    [("..", False), (".", False), ("..token", False), ("a/b", False), (".token", True), ("a..b", True), ("t", True)],
+)
+def test_secret_references_name_keys_a_secret_can_hold(key: str, accepted: bool) -> None:
+    """Issue 37: `model.tokenSecretRef.key: ..` was accepted, and every pod then waited for a key no Secret holds
+    (Kubernetes' IsConfigMapKey). The API key's reference alike."""
+    token = {"model": {"path": "m", "tokenSecretRef": {"name": "hf", "key": key}}}
+    api_key = {"model": {"path": "m"}, "engine": {"apiKeySecretRef": {"name": "k", "key": key}}}
+    assert ([f for f, _ in _errors(token)] == []) == accepted
+    assert ([f for f, _ in _errors(api_key)] == []) == accepted
+    if not accepted:
+        assert [f for f, _ in _errors(token)] == ["spec.model.tokenSecretRef.key"]

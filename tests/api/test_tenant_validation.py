@@ -172,3 +172,21 @@ def test_host_path_cache_only_under_allowed_paths(path: str, allowed: tuple[str,
     assert (refused == []) is ok
     if not ok:
         assert refused[0].field == "spec.model.cache.hostPath" and "--allow-host-path" in refused[0].message
+
+
+def test_the_gpu_resource_is_not_the_admins_rdma_resource() -> None:
+    """Issue 37: `resources.gpuResourceName: rdma/ib` under `--rdma-resource rdma/ib` rendered one RDMA device in
+    place of a prefill/decode worker's GPUs (the one resource map holds each name once), and RDMA devices as GPUs
+    everywhere else. Refused by the operator's settings, naming the field, for the fleet and for each group."""
+    group = {"name": "g", "replicas": 1, "parallelism": {}, "resources": {"gpuResourceName": "rdma/ib"}}
+    for patch, field in (
+        ({"resources": {"gpuResourceName": "rdma/ib"}}, "spec.resources.gpuResourceName"),
+        ({"workerGroups": [group]}, "spec.workerGroups[0].resources.gpuResourceName"),
+    ):
+        spec, errors = parse_spec(with_model(patch))
+        assert errors == [] and spec is not None
+        refused = check_pod_policy(spec, PodPolicy(rdma_resource="rdma/ib"))
+        assert [e.field for e in refused] == [field]
+        assert "--rdma-resource" in refused[0].message and "nvidia.com/gpu" in refused[0].message
+        assert check_pod_policy(spec, PodPolicy(rdma_resource="rdma/roce")) == []
+        assert check_pod_policy(spec, PodPolicy()) == []

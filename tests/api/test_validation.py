@@ -213,7 +213,7 @@ CASES: list[tuple[str, str, dict[str, Any], dict[str, Any]]] = [
      {"template": {"spec": {"containers": [{"name": "sglang", "command": ["sh", "-c", "id"]}]}}},
      {"template": {"spec": {"containers": [{"name": "sglang", "env": [{"name": "NCCL_DEBUG", "value": "INFO"}]},
                                            {"name": "log-shipper", "image": "fluent/fluent-bit:3"}]}}}),
-    ("spec.template.spec.containers", "GPU resource",  # a sidecar asking for it also breaks the sidecar rule
+    ("spec.template.spec.containers", "GPU resource",  # the rule on every container's resource names
      {"template": {"spec": {"containers": [{"name": "sglang", "resources": {"limits": {"nvidia.com/gpu": "8"}}}]}}},
      {"template": {"spec": {"containers": [{"name": "helper", "image": "x",
                                             "resources": {"limits": {"cpu": "1"}}}]}}}),
@@ -280,7 +280,7 @@ CASES: list[tuple[str, str, dict[str, Any], dict[str, Any]]] = [
     ("spec.template.metadata.annotations", "must not exceed",
      {"template": {"metadata": {"annotations": {f"a{i}": "x" * 8192 for i in range(32)}}}},
      {"template": {"metadata": {"annotations": {f"a{i}": "x" * 8192 for i in range(31)}}}}),
-    ("spec.template.spec.containers", "a sidecar may request only",
+    ("spec.template.spec.containers", "a container may request only",
      {"template": {"spec": {"containers": [{"name": "h", "image": "b",
                                             "resources": {"limits": {"amd.com/gpu": "1"}}}]}}},
      {"template": {"spec": {"containers": [{"name": "h", "image": "b", "resources": {"limits": {"memory": "1Gi"}}}]}}}),
@@ -352,6 +352,13 @@ CASES: list[tuple[str, str, dict[str, Any], dict[str, Any]]] = [
          {"name": "A", "valueFrom": {"resourceFieldRef": {"resource": "requests.cpu", "divisor": "1k"}}}]}]}}},
      {"template": {"spec": {"initContainers": [{"name": "i", "image": "b", "env": [
          {"name": "A", "valueFrom": {"resourceFieldRef": {"resource": "requests.cpu", "divisor": "1"}}}]}]}}}),
+    # issue 37: the main container's entry asking for RDMA devices (8 where the operator renders 1, or any without
+    # the admin's setting), GPUs of another name or MIG slices outside maxGPUs; cpu, memory, storage, hugepages pass
+    ("spec.template.spec.containers", "the 'sglang' entry hugepages-* too",
+     {"template": {"spec": {"containers": [{"name": "sglang", "resources": {"limits": {"rdma/ib": "8"}}}]}}},
+     {"template": {"spec": {"containers": [{"name": "sglang", "resources": {
+         "requests": {"hugepages-2Mi": "1Gi", "ephemeral-storage": "10Gi"},
+         "limits": {"hugepages-2Mi": "1Gi", "ephemeral-storage": "20Gi"}}}]}}}),
 ]  # fmt: skip
 
 

@@ -1,5 +1,7 @@
 """Hostile specs, round two (issue 29):
-strings the kubelet expands ($(VAR)), reserved env names, monitoring bounds, releases.
+strings the kubelet expands ($(VAR)), reserved env names, monitoring bounds, releases; and (issue 37) strings exec
+cannot pass (a NUL in a command-line value or an env value), control characters after a flag, Secret keys no Secret
+holds.
 
 Every CR string that lands in the command or an env value of the worker's main container or the router's container
 is expanded by the kubelet with that container's env: each such field, through each place it can be set (the top
@@ -11,13 +13,17 @@ from __future__ import annotations
 
 from typing import Any
 
-from .model import SCHEMA, Hostile, cr, main_container
+from .model import SCHEMA, Hostile, cr, main_container, sidecar
 
 _EXPANDS = "must not contain '$('"
 _OWNED_ENV = "must not set env the operator sets"
 _INTERVAL = "must be from 5s to 10m"
 _PATTERN = "should match"
 _KEY_ENV = "SGLANG_OPERATOR_API_KEY"
+_PD = {"disaggregation": {"transferBackend": "mooncake_tcp"},
+       "workerGroups": [{"name": "p", "role": "prefill", "replicas": 1, "parallelism": {}},
+                        {"name": "d", "role": "decode", "replicas": 1, "parallelism": {}}]}  # fmt: skip
+"""A disaggregated fleet that needs no RDMA setting, for the ibDevice cases."""
 
 
 def _env(name: str, value: str) -> list[dict[str, str]]:
@@ -104,6 +110,41 @@ CASES: list[Hostile] = [
     _interval("-5s", _PATTERN, "a negative duration"),
     _interval("5 s", _PATTERN, "a space: Prometheus cannot parse it"),
     _interval("9999999s", _PATTERN, "more digits than any bound needs (and than CEL's duration() can hold)"),
+
+    # --- issue 37: what exec cannot pass (NUL), control characters after a flag, keys no Secret holds ---
+    Hostile("nul-in-revision", cr({"model": {"revision": "main\x00"}}), "spec.model.revision", _PATTERN, SCHEMA,
+            "every pod fails at start (exec: invalid argument), no field named"),
+    Hostile("nul-in-served-name", cr({"model": {"servedName": "m\x00x"}}), "spec.model.servedName", _PATTERN,
+            SCHEMA, "every pod fails at start, no field named"),
+    Hostile("escape-in-served-name", cr({"model": {"servedName": "m\x1b[2J"}}), "spec.model.servedName", _PATTERN,
+            SCHEMA, "a terminal escape in every log line and /v1/models answer"),
+    Hostile("del-in-revision", cr({"model": {"revision": "v1\x7f"}}), "spec.model.revision", _PATTERN, SCHEMA,
+            "a revision no hub has, after a character no terminal shows"),
+    Hostile("vertical-tab-in-revision", cr({"model": {"revision": "a\x0bb"}}), "spec.model.revision", _PATTERN,
+            SCHEMA, "refused by validate and admitted by the API server (\\s differs between the two engines)"),
+    Hostile("nul-in-ib-device", cr({**_PD, "disaggregation": {"transferBackend": "mooncake_tcp",
+                                                              "ibDevice": "mlx5_0\x00"}}),
+            "spec.disaggregation.ibDevice", _PATTERN, SCHEMA, "every prefill and decode pod fails at start"),
+    Hostile("newline-in-ib-device", cr({**_PD, "disaggregation": {"transferBackend": "mooncake_tcp",
+                                                                  "ibDevice": "mlx5_0\nmlx5_1"}}),
+            "spec.disaggregation.ibDevice", _PATTERN, SCHEMA, "a second line in the worker's command line"),
+    Hostile("nul-in-engine-env", cr({"engine": {"env": _env("X", "a\x00b")}}), "spec.engine.env[0].value",
+            _PATTERN, SCHEMA, "every pod fails at start (exec takes env as C strings), no field named"),
+    Hostile("nul-in-main-env", cr(main_container(env=_env("X", "\x00"))),
+            "spec.template.spec.containers[0].env[0].value", _PATTERN, SCHEMA, "the same through the sglang entry"),
+    Hostile("nul-in-sidecar-env", cr(sidecar(env=_env("X", "\x00"))),
+            "spec.template.spec.containers[0].env[0].value", _PATTERN, SCHEMA, "every pod's sidecar fails at start"),
+    Hostile("nul-in-sidecar-args", cr(sidecar(args=["a\x00"])),
+            "spec.template.spec.containers[0].args[0]", _PATTERN, SCHEMA, "every pod's sidecar fails at start"),
+    Hostile("nul-in-group-env", cr(_group(engine={"env": _env("X", "a\x00")})),
+            "spec.workerGroups[0].engine.env[0].value", _PATTERN, SCHEMA, "the same through a worker group's env"),
+    Hostile("token-secret-key-dotdot", cr({"model": {"tokenSecretRef": {"name": "hf", "key": ".."}}}),
+            "spec.model.tokenSecretRef.key", _PATTERN, SCHEMA,
+            "every pod waits for a key no Secret can hold (IsConfigMapKey)"),
+    Hostile("token-secret-key-dot", cr({"model": {"tokenSecretRef": {"name": "hf", "key": "."}}}),
+            "spec.model.tokenSecretRef.key", _PATTERN, SCHEMA, "every pod waits for a key no Secret can hold"),
+    Hostile("api-key-secret-key-dotdot-prefix", cr({"engine": {"apiKeySecretRef": {"name": "k", "key": "..key"}}}),
+            "spec.engine.apiKeySecretRef.key", _PATTERN, SCHEMA, "every pod waits for a key no Secret can hold"),
 
     # --- releases, and worker-group rules that read the fleet's version: the group named in the message ---
     Hostile("version-contradicts-image", cr({"engine": {"image": "lmsysorg/sglang:v0.5.21", "version": "0.5.9"}}),

@@ -3,8 +3,9 @@ pod fields the API server refuses (init container names, paths, annotations, env
 tolerations, selector requirements, requests over limits, resourceFieldRef divisors).
 
 Each was accepted by `validate` and the CRD while the API server refused every pod it rendered (gap 8), typed
-wrongly (envFrom, gap 9), or let a sidecar take accelerators outside `maxGPUs` (gap 10). Several variants of each
-class: the same refusal reached through another list, volume type or container kind.
+wrongly (envFrom, gap 9), or let a sidecar take accelerators outside `maxGPUs` (gap 10), or the main container's
+entry take RDMA devices and accelerators the operator did not give it (issue 37). Several variants of each class: the
+same refusal reached through another list, volume type or container kind.
 """
 
 from __future__ import annotations
@@ -20,7 +21,8 @@ _UNIQUE = "container names must be unique"
 _MOUNTS = "must not use a mountPath twice"
 _ANNOTATIONS = "must not exceed"
 _ENV = "exactly one of"
-_SIDECAR_GPU = "a sidecar may request only cpu, memory, ephemeral-storage"
+_SIDECAR_GPU = "a container may request only cpu, memory, ephemeral-storage"
+_MAIN_EXTENDED = "a container may request only cpu, memory, ephemeral-storage (the 'sglang' entry hugepages-* too)"
 _INIT_GPU = "an init container may request only cpu, memory, ephemeral-storage"
 _PROJECTED = "each projected source names exactly one"
 _LABEL_KEY = "prefix a DNS name of at most 253 characters"
@@ -339,6 +341,28 @@ CASES: list[Hostile] = [
             "spec.workerGroups", _SIDECAR_GPU, SCHEMA,
             "MIG slices outside maxGPUs in a group's pods"),
 
+    # --- the main container's entry taking devices the operator gives it, or others outside maxGPUs (issue 37) ---
+    Hostile("main-rdma-without-the-admins-setting",
+            cr(main_container(resources={"requests": {"rdma/rdma_shared_device_a": "1"},
+                                         "limits": {"rdma/rdma_shared_device_a": "1"}})),
+            "spec.template.spec.containers", _MAIN_EXTENDED, SCHEMA,
+            "an RDMA device the admin gave no fleet (--rdma-resource unset), with IPC_LOCK's use for it"),
+    Hostile("main-eight-rdma-devices",
+            cr(main_container(resources={"requests": {"rdma/ib": "8"}, "limits": {"rdma/ib": "8"}})),
+            "spec.template.spec.containers", _MAIN_EXTENDED, SCHEMA,
+            "8 RDMA devices per pod where the operator renders 1: the node's shared devices taken"),
+    Hostile("main-amd-gpus", cr(main_container(resources={"limits": {"amd.com/gpu": "8"}})),
+            "spec.template.spec.containers", _MAIN_EXTENDED, SCHEMA, "AMD GPUs beside the fleet's, outside maxGPUs"),
+    Hostile("main-mig-slices", cr(main_container(resources={"limits": {"nvidia.com/mig-1g.10gb": "7"}})),
+            "spec.template.spec.containers", _MAIN_EXTENDED, SCHEMA, "MIG slices beside the GPUs, outside maxGPUs"),
+    Hostile("main-tpus", cr(main_container(resources={"requests": {"google.com/tpu": "4"},
+                                                      "limits": {"google.com/tpu": "4"}})),
+            "spec.template.spec.containers", _MAIN_EXTENDED, SCHEMA, "TPUs outside maxGPUs"),
+    Hostile("group-main-amd-gpus",
+            cr(_group(main_container(resources={"limits": {"amd.com/gpu": "8"}})["template"])),
+            "spec.workerGroups[0].template.spec.containers", _MAIN_EXTENDED, SCHEMA,
+            "AMD GPUs outside maxGPUs in a group's pods"),
+
     # --- projected sources the pod cannot have (found rendering accepted specs) ---
     Hostile("projected-source-two-kinds",
             cr(_volume(projected={"sources": [{"secret": {"name": "s"}, "configMap": {"name": "c"}}]})),
@@ -435,17 +459,21 @@ CASES: list[Hostile] = [
             "every pod refused: resources.memory, the request, over the template's limit"),
     Hostile("main-extended-request-without-limit",
             cr(main_container(resources={"requests": {"rdma/ib": "1"}})),
-            "spec.template.spec.containers", _MAIN_LIMIT, SCHEMA,
-            "every pod refused: an extended request needs a limit"),
+            "spec.template.spec.containers", _MAIN_EXTENDED, SCHEMA,
+            "every pod refused: an extended request needs a limit (and an RDMA device is the operator's to give)"),
     Hostile("main-extended-request-below-limit",
             cr(main_container(resources={"requests": {"rdma/ib": "1"}, "limits": {"rdma/ib": "2"}})),
-            "spec.template.spec.containers", _MAIN_LIMIT, SCHEMA,
-            "every pod refused: an extended request must equal its limit"),
+            "spec.template.spec.containers", _MAIN_EXTENDED, SCHEMA,
+            "every pod refused: an extended request must equal its limit (and is the operator's to give)"),
     Hostile("main-extended-fraction", cr(main_container(resources={"limits": {"rdma/ib": "500m"}})),
-            "spec.template.spec.containers", _MAIN_LIMIT, SCHEMA, "every pod refused: half a device"),
+            "spec.template.spec.containers", _MAIN_EXTENDED, SCHEMA, "every pod refused: half a device"),
     Hostile("main-hugepages-request-without-limit",
             cr(main_container(resources={"requests": {"hugepages-2Mi": "1Gi"}})),
             "spec.template.spec.containers", _MAIN_LIMIT, SCHEMA, "every pod refused: hugepages need a limit"),
+    Hostile("main-hugepages-request-below-limit",
+            cr(main_container(resources={"requests": {"hugepages-2Mi": "1Gi"}, "limits": {"hugepages-2Mi": "2Gi"}})),
+            "spec.template.spec.containers", _MAIN_LIMIT, SCHEMA,
+            "every pod refused: a hugepages request must equal its limit"),
     Hostile("group-main-cpu-request-over-resources",
             cr({"resources": {"cpu": "8"},
                 **_group(main_container(resources={"requests": {"cpu": "64"}})["template"])}),

@@ -127,3 +127,18 @@ def test_the_examples_render_for_each_release() -> None:
         assert dialect in _flags(pods["prefill"]) and dialect in _flags(pods["decode"])
         assert ("--disaggregation-decode-tp 16" in _flags(pods["prefill"])) == (version == "0.5.9")
         assert "--disaggregation-ib-device mlx5_bond_0,mlx5_bond_1,mlx5_bond_2,mlx5_bond_3" in _flags(pods["decode"])
+
+
+def test_the_operators_gpu_and_rdma_amounts_win_over_a_stored_template() -> None:
+    """Issue 37: a CR stored before the rule on the `sglang` entry's resources (or read without it) named 8 RDMA
+    devices where the operator renders 1, one GPU where parallelism gives 2, and AMD GPUs beside them. The merge
+    keeps the operator's amounts and adds only what the template may request (cpu, memory, storage, hugepages)."""
+    main = {"name": "sglang", "resources": {
+        "requests": {"rdma/ib": "8", "nvidia.com/gpu": "1", "amd.com/gpu": "2", "cpu": "4", "hugepages-2Mi": "1Gi"},
+        "limits": {"rdma/ib": "8", "nvidia.com/gpu": "1", "amd.com/gpu": "2", "hugepages-2Mi": "1Gi"}}}  # fmt: skip
+    spec = _spec(pd(template={"spec": {"containers": [main]}}))
+    pods = _pods(spec, RDMA)
+    prefill = _main(pods["p"])["resources"]
+    assert prefill["requests"] == {"nvidia.com/gpu": "2", "rdma/ib": "1", "cpu": "4", "hugepages-2Mi": "1Gi"}
+    assert prefill["limits"] == {"nvidia.com/gpu": "2", "rdma/ib": "1", "hugepages-2Mi": "1Gi"}
+    assert _main(pods["d"])["resources"]["limits"] == {"nvidia.com/gpu": "1", "rdma/ib": "1", "hugepages-2Mi": "1Gi"}

@@ -6,12 +6,14 @@ typed template can say as a pattern is in `podtypes`/`podtemplate` (paths withou
 paths pods have, env names); what needs two fields at once is here, each a `Rule` with its CEL twin, so `validate`
 and the API server refuse the spec when it is written, naming the field, instead of the pod at every pass.
 
-Sidecars and init containers may request only cpu, memory and ephemeral-storage. The GPU budget (`maxGPUs`) counts
-the GPUs parallelism gives the main container, of `resources.gpuResourceName`; a sidecar asking for any other
-extended resource (`nvidia.com/mig-1g.10gb` on a fleet of `nvidia.com/gpu`, `amd.com/gpu`, `google.com/tpu`, ...)
-would take accelerators outside that budget. Which extended resources a cluster treats as accelerators is known to
-its device plugins, not to the operator, so a sidecar gets none: a helper process needs no device. (The fleet's own
-GPU resource is refused by name in `tenant_rules` as well; a sidecar asking for it gets both errors.)
+Sidecars and init containers may request only cpu, memory and ephemeral-storage, the template's `sglang` entry
+these and hugepages-*. The GPU budget (`maxGPUs`) counts the GPUs parallelism gives the main container, of
+`resources.gpuResourceName`; a container asking for any other extended resource (`nvidia.com/mig-1g.10gb` on a fleet
+of `nvidia.com/gpu`, `amd.com/gpu`, `google.com/tpu`, ...) would take accelerators outside that budget. Which
+extended resources a cluster treats as accelerators is known to its device plugins, not to the operator, so the
+template names none: the worker's GPUs follow from parallelism, its RDMA device from the operator's settings
+(`--rdma-resource`, one per prefill/decode pod), and a helper process needs no device. (The fleet's own GPU resource
+is refused by name in `tenant_rules` as well for init containers, which then get both errors.)
 
 A path given twice by one projected source's items is refused by the schema (a list keyed by path, `podtypes`); the
 same path from two sources of one volume is not refused at admission: every pairwise CEL check over 32 volumes of 16
@@ -31,6 +33,8 @@ from .spec import SGLangDeploymentSpec
 SHARED_MEMORY_PATH = "/dev/shm"
 """Where every worker pod mounts its shared memory (`render.workers`); the model cache is at model.cache.mountPath."""
 SIDECAR_RESOURCES = ("cpu", "memory", "ephemeral-storage")
+HUGEPAGES = "hugepages-"
+"""The prefix of the hugepages resources, which the main container may request beside `SIDECAR_RESOURCES`."""
 
 TEMPLATE_CEL = "self.template.spec"
 CONTAINERS_CEL = f"{TEMPLATE_CEL}.containers"
@@ -74,19 +78,39 @@ def _main_mounts_clear(spec: SGLangDeploymentSpec) -> bool:
     )
 
 
-def _sidecar_resources_only(container: Container) -> bool:
+def main_resource(name: str) -> bool:
+    """A resource the template's `sglang` entry may request: cpu, memory, ephemeral-storage, hugepages-*. Its GPUs
+    and its RDMA device are the operator's to set (`render.overrides` keeps them whatever a stored CR says)."""
+    return name in SIDECAR_RESOURCES or name.startswith(HUGEPAGES)
+
+
+def _resources_only(container: Container, main: bool = False) -> bool:
+    """The container's requests and limits name only what it may request: `SIDECAR_RESOURCES`, and with `main`
+    hugepages-* too where it is the `sglang` entry (`_resources_cel`)."""
     if container.resources is None:
         return True
-    return {*container.resources.requests, *container.resources.limits} <= set(SIDECAR_RESOURCES)
+    names = {*container.resources.requests, *container.resources.limits}
+    if main and container.name == MAIN_CONTAINER:
+        return all(main_resource(name) for name in names)
+    return names <= set(SIDECAR_RESOURCES)
 
 
-def _sidecar_resources_cel(container: str) -> str:
-    allowed = f"r in {_SIDECAR_RESOURCES_CEL}"
-    return (
-        f"(!has({container}.resources) || "
-        f"((!has({container}.resources.requests) || {container}.resources.requests.all(r, {allowed})) && "
-        f"(!has({container}.resources.limits) || {container}.resources.limits.all(r, {allowed}))))"
-    )
+def _resources_cel(container: str, main: bool = False) -> str:
+    """`_resources_only`'s twin. The container's name is compared once, outside the loops over its resources: the
+    API server's cost estimate of a loop that reads the outer loop's variable is over its limit a hundredfold."""
+
+    def names(allowed: str) -> str:
+        resources = f"{container}.resources"
+        return (
+            f"(!has({resources}.requests) || {resources}.requests.all(r, {allowed})) && "
+            f"(!has({resources}.limits) || {resources}.limits.all(r, {allowed}))"
+        )
+
+    sidecar = f"r in {_SIDECAR_RESOURCES_CEL}"
+    if not main:
+        return f"(!has({container}.resources) || ({names(sidecar)}))"
+    is_main, main_names = f"{container}.name == '{MAIN_CONTAINER}'", names(f"{sidecar} || r.startsWith('{HUGEPAGES}')")
+    return f"(!has({container}.resources) || ({is_main} ? ({main_names}) : ({names(sidecar)})))"
 
 
 def _one_env_source(var: EnvVar) -> bool:
@@ -185,18 +209,19 @@ POD_RULES: tuple[Rule, ...] = (
     ),
     Rule(
         field="spec.template.spec.containers",
-        message=f"a sidecar may request only {', '.join(SIDECAR_RESOURCES)}: GPUs and every other extended resource "
-        "(nvidia.com/*, amd.com/gpu, google.com/tpu, ...) are the worker container's, counted by parallelism and "
-        "autoscaling.maxGPUs.",
-        cel=f"!has({_C}) || {_C}.all(c, c.name == '{MAIN_CONTAINER}' || {_sidecar_resources_cel('c')})",
-        holds=lambda s: all(c.name == MAIN_CONTAINER or _sidecar_resources_only(c) for c in template_containers(s)),
+        message=f"a container may request only {', '.join(SIDECAR_RESOURCES)} (the '{MAIN_CONTAINER}' entry "
+        f"{HUGEPAGES}* too): it must not request the GPU resource (resources.gpuResourceName) nor any other extended "
+        "resource (nvidia.com/*, amd.com/gpu, google.com/tpu, rdma/*, ...); the operator gives the worker its GPUs "
+        "from parallelism (counted by autoscaling.maxGPUs) and an RDMA device from its settings.",
+        cel=f"!has({_C}) || {_C}.all(c, {_resources_cel('c', main=True)})",
+        holds=lambda s: all(_resources_only(c, main=True) for c in template_containers(s)),
     ),
     Rule(
         field="spec.template.spec.initContainers",
         message=f"an init container may request only {', '.join(SIDECAR_RESOURCES)}: GPUs and every other extended "
         "resource are the worker container's, counted by parallelism and autoscaling.maxGPUs.",
-        cel=f"!has({_I}) || {_I}.all(c, {_sidecar_resources_cel('c')})",
-        holds=lambda s: all(_sidecar_resources_only(c) for c in template_init_containers(s)),
+        cel=f"!has({_I}) || {_I}.all(c, {_resources_cel('c')})",
+        holds=lambda s: all(_resources_only(c) for c in template_init_containers(s)),
     ),
     Rule(
         field="spec.engine.env",

@@ -13,7 +13,7 @@ from typing import Annotated, Literal, get_args
 
 from pydantic import Field
 
-from .base import SpecModel
+from .base import CONTROL, NO_NUL, NO_SPACE, SpecModel
 from .podtypes import (
     CONTAINER_RESOURCE,
     DESCENDING_PATH,
@@ -40,10 +40,11 @@ from .podtypes import (
 ENV_NAME = r"^(\.[-_a-zA-Z0-9]|[-_a-zA-Z])[-._a-zA-Z0-9]*$"
 """A C identifier with '-' and '.': Kubernetes' `IsEnvVarName`, which also refuses '.', '..' and a leading '..'
 (clusters before 1.32, or with relaxed env names off, refuse the pod otherwise)."""
-ABSOLUTE_PATH = r"^/[^\x00-\x1f\x7f]*$"
+ABSOLUTE_PATH = rf"^/[^{CONTROL}]*$"
 
 VolumeName = Annotated[str, Field(min_length=1, max_length=63, pattern=DNS_LABEL)]
-Text = Annotated[str, Field(max_length=4096)]
+Text = Annotated[str, Field(max_length=4096, pattern=NO_NUL)]
+"""A sidecar's command or argument: anything exec passes (`base.NO_NUL`)."""
 
 
 class LocalObjectReference(SpecModel):
@@ -92,7 +93,13 @@ class EnvVar(SpecModel):
     # 4 KiB: every value of the main container's env is searched for `$(` at admission (tenant_rules), in each
     # worker group's template too, and the API server's CEL cost estimate counts the longest possible values (32 KiB
     # was 5x over its budget). Longer configuration belongs in a ConfigMap (valueFrom, envFrom or a volume).
-    value: str | None = Field(default=None, max_length=4096)
+    value: str | None = Field(
+        default=None,
+        max_length=4096,
+        pattern=NO_NUL,
+        description="No NUL: the runtime passes env to exec as C strings, so a NUL fails the container at every "
+        "start; tabs, newlines and other control characters pass.",
+    )
     value_from: EnvVarSource | None = None
 
 
@@ -141,7 +148,7 @@ class Container(SpecModel):
     and resources may be given for that one (its image and command come from the engine section)."""
 
     name: str = Field(min_length=1, max_length=63, pattern=DNS_LABEL)
-    image: str | None = Field(default=None, max_length=512, pattern=r"^\S+$")
+    image: str | None = Field(default=None, max_length=512, pattern=NO_SPACE)
     command: list[Text] | None = Field(default=None, max_length=64)
     args: list[Text] | None = Field(default=None, max_length=64)
     working_dir: str | None = Field(default=None, max_length=512, pattern=ABSOLUTE_PATH)

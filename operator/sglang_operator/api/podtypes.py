@@ -11,13 +11,13 @@ from typing import Annotated, Literal, TypeVar
 from pydantic import Field, field_validator
 from pydantic.config import JsonDict
 
-from .base import SpecModel
+from .base import CONTROL, SpecModel
 
 DNS_LABEL = r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?$"
 DNS_SUBDOMAIN = r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*$"
 QUANTITY = r"^[+]?([0-9]+(\.[0-9]*)?|\.[0-9]+)([eE][-+]?[0-9]+|[numkMGTPE]|[KMGTPE]i)?$"
-_CHAR = r"[^/\x00-\x1f\x7f]"  # a character of a path element
-_LEAD = r"[^./\x00-\x1f\x7f]"  # one that is not a dot
+_CHAR = rf"[^/{CONTROL}]"  # a character of a path element
+_LEAD = rf"[^./{CONTROL}]"  # one that is not a dot
 _ELEMENT = rf"(\.|\.\.{_CHAR}+|\.?{_LEAD}{_CHAR}*)"  # a path element other than '..' (and not empty)
 DESCENDING_PATH = rf"^{_ELEMENT}(/{_ELEMENT}?)*$"
 """A relative path without a `..` element: where a `subPath` may point (Kubernetes' `validateLocalDescendingPath`).

@@ -2,10 +2,11 @@
 accept.
 
 Each request must be at most its limit, and equal to it (a whole number) for resources that cannot be overcommitted
-(hugepages, extended resources); the main container's are counted as the pod gets them, `resources.cpu` and
-`resources.memory` merged with the template's `sglang` entry. A divisor must be one Kubernetes allows for its
-resource. Each is a `Rule` with its CEL twin (CEL's `quantity()` library), so `validate` and the API server refuse
-the spec naming the field, instead of every pod of the fleet at every pass with a 422.
+(hugepages: the only ones the template may name beside cpu, memory and ephemeral-storage, `pod_rules`); the main
+container's are counted as the pod gets them, `resources.cpu` and `resources.memory` merged with the template's
+`sglang` entry. A divisor must be one Kubernetes allows for its resource. Each is a `Rule` with its CEL twin (CEL's
+`quantity()` library), so `validate` and the API server refuse the spec naming the field, instead of every pod of the
+fleet at every pass with a 422.
 """
 
 import re
@@ -13,6 +14,7 @@ from collections.abc import Iterable, Mapping
 from decimal import Decimal
 
 from .pod_rules import CONTAINERS_CEL as _C
+from .pod_rules import HUGEPAGES
 from .pod_rules import INIT_CONTAINERS_CEL as _I
 from .pod_rules import template_containers as _containers
 from .pod_rules import template_init_containers as _init_containers
@@ -42,12 +44,13 @@ def quantity(text: str) -> Decimal:
 
 
 def _overcommittable(resource: str) -> bool:
-    """Kubernetes' IsOvercommitAllowed: a native resource (no domain, or a kubernetes.io one) other than hugepages.
-    Any other's request must equal its limit, and needs one."""
-    return ("/" not in resource or "kubernetes.io/" in resource) and not resource.startswith("hugepages-")
+    """Kubernetes' IsOvercommitAllowed over what the template may request (`pod_rules.main_resource`): all but
+    hugepages, whose request must equal its limit, and needs one. (Extended resources, the others Kubernetes does not
+    overcommit, are refused by name there.)"""
+    return not resource.startswith(HUGEPAGES)
 
 
-_OVERCOMMITTABLE_CEL = "((!{k}.contains('/') || {k}.contains('kubernetes.io/')) && !{k}.startsWith('hugepages-'))"
+_OVERCOMMITTABLE_CEL = f"!{{k}}.startsWith('{HUGEPAGES}')"
 
 
 def _request_fits(resource: str, request: str, limit: str) -> bool:
@@ -117,10 +120,9 @@ def _main_within_limits_cel() -> str:
             otherwise = f"(({k} == '{name}' && has(self.resources.{name})) ? {then.format(r=name)} : {otherwise})"
         return otherwise
 
+    # cpu and memory are overcommitted: a request at most resources.cpu or .memory, the limit it gets there
     request_ok = set_by_resources(
-        "k",
-        f"{_request_fits_cel('k', f'{req}[k]', 'self.resources.{r}')}",
-        _OVERCOMMITTABLE_CEL.format(k="k"),
+        "k", f"quantity({req}[k]).compareTo(quantity(self.resources.{{r}})) <= 0", _OVERCOMMITTABLE_CEL.format(k="k")
     )
     limit_ok = set_by_resources("k", f"quantity(self.resources.{{r}}).compareTo(quantity({lim}[k])) <= 0", "true")
     integer = "(" + _OVERCOMMITTABLE_CEL.format(k="k") + " || quantity({m}[k]).isInteger())"
@@ -177,7 +179,7 @@ RESOURCE_RULES: tuple[Rule, ...] = (
         field="spec.template.spec.containers",
         message=f"the '{MAIN_CONTAINER}' entry's resources, with resources.cpu and resources.memory (both the "
         "worker's request and its limit), must keep each request at most its limit (equal, and a whole number, for "
-        "hugepages and extended resources such as rdma/ib): the API server refuses the pod otherwise.",
+        "hugepages): the API server refuses the pod otherwise.",
         cel=_main_within_limits_cel(),
         holds=_main_within_limits,
     ),

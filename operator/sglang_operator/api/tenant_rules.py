@@ -246,17 +246,6 @@ TENANT_RULES: tuple[Rule, ...] = (
         ),
     ),
     Rule(
-        field="spec.template.spec.containers",
-        message="must not request the GPU resource (resources.gpuResourceName): GPUs per pod follow from parallelism, "
-        "and the GPU budget counts only those.",
-        cel=f"!has({_CONTAINERS}) || {_CONTAINERS}.all(c, !has(c.resources) || "
-        f"!({_GPU_IN.format(kind='requests')} || {_GPU_IN.format(kind='limits')}))",
-        holds=lambda s: all(
-            c.resources is None or s.resources.gpu_resource_name not in {**c.resources.requests, **c.resources.limits}
-            for c in s.template.spec.containers or []
-        ),
-    ),
-    Rule(
         field="spec.template.spec.initContainers",
         message="each init container needs an image and must not request the GPU resource.",
         cel=f"!has({_TEMPLATE}.initContainers) || {_TEMPLATE}.initContainers.all(c, has(c.image) && "

@@ -592,8 +592,25 @@ def parse_spec(raw: Any, strict: bool = False) -> tuple[SGLangDeploymentSpec | N
 def check_pod_policy(spec: SGLangDeploymentSpec, policy: PodPolicy) -> list[FieldError]:
     """What the operator's settings refuse although the schema allows it: a model cache on a node directory outside
     the paths an admin allowed (`--allow-host-path`), KV over RDMA where the admin allows no RDMA device
-    (`--rdma-resource`). Checked by the operator before it writes anything, and by `validate` with those flags."""
+    (`--rdma-resource`), the RDMA device's resource named as the GPUs'. Checked by the operator before it writes
+    anything, and by `validate` with those flags."""
     errors = []
+    rdma = policy.rdma_resource
+    named = [("spec.resources", spec.resources)] + [
+        (f"spec.workerGroups[{index}].resources", group.resources)
+        for index, group in enumerate(spec.worker_groups)
+        if group.resources is not None
+    ]
+    for where, resources in named:
+        if rdma is not None and resources.gpu_resource_name == rdma:
+            errors.append(
+                FieldError(
+                    f"{where}.gpuResourceName",
+                    f"{rdma} is the RDMA device resource the operator gives prefill/decode workers (--rdma-resource), "
+                    "not a GPU: such a worker would get one RDMA device in place of its GPUs, and every other worker "
+                    "RDMA devices as GPUs; name the GPU device plugin's resource (e.g. nvidia.com/gpu).",
+                )
+            )
     cache = spec.model.cache
     if cache.type == "hostPath" and cache.host_path is not None and not policy.host_path_allowed(cache.host_path):
         allowed = ", ".join(policy.allowed_host_paths) or "none"

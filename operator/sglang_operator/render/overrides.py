@@ -3,11 +3,15 @@ pod spec.
 
 Top-level keys (nodeSelector, tolerations, affinity, priorityClassName, ...) replace the rendered value.
 `containers`, `initContainers` and `volumes` merge by name, like a strategic merge patch: a container named
-`sglang` updates the rendered one (its env and volumeMounts are appended), a new name is added.
+`sglang` updates the rendered one (its env and volumeMounts are appended, its resources merged name by name), a new
+name is added. Of that entry's resources only what the template may request reaches the pod (cpu, memory,
+ephemeral-storage, hugepages-*: `pod_rules.main_resource`): the GPUs and the RDMA device are the operator's amounts,
+whatever a CR stored before that rule names.
 """
 
 from typing import Any
 
+from ..api.pod_rules import main_resource
 from ..api.podtemplate import PodSpecOverrides
 
 _MERGED_BY_NAME = ("containers", "initContainers", "volumes")
@@ -21,11 +25,16 @@ def _merge_container(base: dict[str, Any], override: dict[str, Any]) -> dict[str
             merged[key] = [*base.get(key, []), *value]
         elif key == "resources" and isinstance(value, dict):
             merged[key] = {
-                kind: {**base.get(key, {}).get(kind, {}), **value.get(kind, {})} for kind in ("requests", "limits")
+                kind: {**base.get(key, {}).get(kind, {}), **_tenant_amounts(value.get(kind, {}))}
+                for kind in ("requests", "limits")
             }
         else:
             merged[key] = value
     return merged
+
+
+def _tenant_amounts(amounts: dict[str, Any]) -> dict[str, Any]:
+    return {name: amount for name, amount in amounts.items() if main_resource(name)}
 
 
 def _merge_named(base: list[dict[str, Any]], override: list[dict[str, Any]], nested: bool) -> list[dict[str, Any]]:
