@@ -152,6 +152,31 @@ def spec_schema() -> dict[str, Any]:
     schema["properties"]["workerGroups"]["items"]["x-kubernetes-validations"] = [
         v for rule in on_item for v in validations(rule)
     ]
+    _drop_copied_descriptions(schema)
+    return schema
+
+
+_GROUP_OWN_FIELDS = frozenset({"name", "role", "replicas"})
+"""The fields of a worker group that are its own; the rest repeat a top-level field's schema."""
+
+
+def _drop_copied_descriptions(spec: dict[str, Any]) -> None:
+    """Drop the descriptions of the embedded pod template (Kubernetes' own fields, documented by `kubectl explain
+    pod.spec`) and of a worker group's copies of top-level fields (`kubectl explain sgld.spec.engine` documents
+    them once). Client-side apply stores the whole CRD in one annotation, so the CRD keeps each text once
+    (docs/decisions.md, "The CRD's size")."""
+    spec["properties"]["template"] = _without_descriptions(spec["properties"]["template"])
+    item = spec["properties"]["workerGroups"]["items"]["properties"]
+    for name in item.keys() - _GROUP_OWN_FIELDS:
+        item[name] = _without_descriptions(item[name])
+
+
+def _without_descriptions(schema: Any) -> Any:
+    if isinstance(schema, dict):
+        # a property named "description" is a schema (a dict), a description a string
+        return {k: _without_descriptions(v) for k, v in schema.items() if k != "description" or not isinstance(v, str)}
+    if isinstance(schema, list):
+        return [_without_descriptions(v) for v in schema]
     return schema
 
 
