@@ -4,6 +4,7 @@ from typing import Any
 
 import pytest
 
+from sglang_operator.api.groups import worker_groups
 from sglang_operator.api.spec import SGLangDeploymentSpec
 from sglang_operator.topology import launch_args, readiness_path, topology
 
@@ -128,3 +129,17 @@ def test_the_version_comes_from_the_image_tag(image: str, flags: list[str], read
     assert command[start : start + len(flags)] == flags
     assert "--attn-dp-size" not in command or flags[0] == "--attn-dp-size"
     assert container["readinessProbe"]["httpGet"]["path"] == ready
+
+
+def test_pd_groups_get_the_kv_contract_on_both_roles() -> None:
+    """What both roles must agree on is rendered from spec.disaggregation on each, `--dtype` included (issue 37)."""
+    raw = {"model": {"path": "org/m"}, "disaggregation": {"pageSize": 64, "kvCacheDtype": "fp8_e4m3", "dtype": "half"},
+           "workerGroups": [{"name": "p", "role": "prefill", "replicas": 1, "parallelism": {"tp": 2}},
+                            {"name": "d", "role": "decode", "replicas": 1, "parallelism": {}}]}  # fmt: skip
+    spec = spec_of(raw)
+    for group in worker_groups(spec):
+        args = launch_args(group.spec, pd=group.pd)
+        contract = {flag: args[args.index(flag) + 1] for flag in ("--page-size", "--kv-cache-dtype", "--dtype")}
+        assert contract == {"--page-size": "64", "--kv-cache-dtype": "fp8_e4m3", "--dtype": "half"}
+    unset = spec_of({**raw, "disaggregation": {}})
+    assert all("--dtype" not in launch_args(g.spec, pd=g.pd) for g in worker_groups(unset))

@@ -2,10 +2,11 @@
 depends on. Pure.
 
 smg pairs any prefill with any decode of the model, and SGLang refuses a page-size or KV-dtype mismatch only at the
-first transfer (or, across releases, may mistransfer). So a change of any of these fields is never rolled group by
-group: the fleet cuts over whole, from the routers of one epoch to those of the next (`controller/cutover.py`),
-and each router lists only workers of its own epoch. Every worker pod and router pod of a prefill/decode fleet
-carries its epoch as the `sglang.ai/kv-epoch` label.
+first transfer, a model-dtype one (`--dtype`: the pages' dtype while the KV dtype is auto) never, and across
+releases may mistransfer. So a change of any of these fields is never rolled group by group: the fleet cuts over
+whole, from the routers of one epoch to those of the next (`controller/cutover.py`), and each router lists only
+workers of its own epoch. Every worker pod and router pod of a prefill/decode fleet carries its epoch as the
+`sglang.ai/kv-epoch` label.
 """
 
 import hashlib
@@ -15,6 +16,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from .api.constants import ANNOTATION_KV_EPOCH, ANNOTATION_KV_EPOCH_SINCE
+from .api.releases import DTYPE_ALIASES
 from .api.spec import SGLangDeploymentSpec
 from .names import router_slots
 
@@ -26,10 +28,17 @@ KV_CONTRACT: tuple[tuple[str, Callable[[SGLangDeploymentSpec], object]], ...] = 
     ("disaggregation.transferBackend", lambda s: s.disaggregation and s.disaggregation.transfer_backend),
     ("disaggregation.pageSize", lambda s: s.disaggregation and s.disaggregation.page_size),
     ("disaggregation.kvCacheDtype", lambda s: s.disaggregation and s.disaggregation.kv_cache_dtype),
+    ("disaggregation.dtype", lambda s: s.disaggregation and _dtype(s.disaggregation.dtype)),
 )
 """Each field of the contract and its effective value (the image a version alone names, the version an image
-alone implies): writing out a default does not start a cut-over. The image and the model are the fleet's, never a
-group's, so the epoch is one per fleet."""
+alone implies, one spelling of a dtype): writing out a default does not start a cut-over, and a field left unset
+is left out of the hash, so a field added later keeps every fleet's epoch. The image and the model are the fleet's,
+never a group's, so the epoch is one per fleet."""
+
+
+def _dtype(dtype: str | None) -> str | None:
+    """`--dtype` as it shapes the KV pages: SGLang's default `auto` is the unset field, `half` is `float16`."""
+    return None if dtype in (None, "auto") else DTYPE_ALIASES.get(dtype, dtype)
 
 
 def kv_epoch(spec: SGLangDeploymentSpec) -> str:

@@ -129,9 +129,9 @@ def engine_args(spec: SGLangDeploymentSpec) -> list[str]:
 
 
 def disaggregation_args(spec: SGLangDeploymentSpec, pd: PdRole | None) -> list[str]:
-    """A disaggregated group's role and what both roles agree on (`spec.disaggregation`), each only when set. The
-    bootstrap port is the prefill server's (decode reads it from each request); SGLang 0.5.9's prefill is told the
-    decode shape."""
+    """A disaggregated group's role and what both roles agree on (`spec.disaggregation`, the KV contract: rendered
+    alike on both roles), each only when set. The bootstrap port is the prefill server's (decode reads it from each
+    request); SGLang 0.5.9's prefill is told the decode shape."""
     dis = spec.disaggregation
     if pd is None or dis is None:
         return []
@@ -149,4 +149,6 @@ def disaggregation_args(spec: SGLangDeploymentSpec, pd: PdRole | None) -> list[s
         args += ["--page-size", str(dis.page_size)]
     if dis.kv_cache_dtype is not None:
         args += ["--kv-cache-dtype", dis.kv_cache_dtype]
+    if dis.dtype is not None:
+        args += ["--dtype", dis.dtype]
     return args

@@ -70,4 +70,10 @@ PD_CASES: list[tuple[str, str, dict[str, Any], dict[str, Any]]] = [
      pd(router={"decodePolicy": "power_of_two"}), pd(router={"decodePolicy": "round_robin"})),
     ("spec.router.decodePolicy", "cannot be bucket",
      pd(router={"decodePolicy": "bucket"}), pd(router={"decodePolicy": "cache_aware"})),
+    ("spec.disaggregation.bootstrapPort", "outside the ports SGLang binds for attention DP",
+     pd(workerGroups=[{**PREFILL, "parallelism": {"tp": 2, "attentionDP": 2}}, DECODE], engine={"port": 8765}),
+     pd(workerGroups=[PREFILL, {**DECODE, "parallelism": {"tp": 2, "attentionDP": 2}}], engine={"port": 8765})),
+    ("spec.disaggregation.pageSize", "a size the attention backend named in engine.args takes",
+     pd({"pageSize": 32}, engine={"args": ["--attention-backend", "flashmla"]}),
+     pd({"pageSize": 64}, engine={"args": ["--attention-backend", "flashmla"]})),
 ]  # fmt: skip

@@ -43,9 +43,24 @@ def spec(**top: Any) -> SGLangDeploymentSpec:
     {"disaggregation": {"transferBackend": "nixl"}},
     {"disaggregation": {"pageSize": 16}},
     {"disaggregation": {"kvCacheDtype": "fp8_e5m2"}},
+    {"disaggregation": {"dtype": "float16"}},
 ])  # fmt: skip
 def test_each_field_of_the_kv_contract_changes_the_epoch(change: dict[str, Any]) -> None:
     assert kv_epoch(spec(**change)) != kv_epoch(spec())
+
+
+def test_a_dtype_change_is_a_new_epoch_and_its_spellings_are_one() -> None:
+    """Issue 37: a `--dtype` change rolled group by group, pairing fp16 prefills with bf16 decodes. SGLang's own
+    spellings of one dtype (half/float16, float/float32) and `auto` written out (SGLang's default, what an unset
+    field renders) hand over the same pages: no cut-over for those."""
+    fp16, bf16 = (
+        kv_epoch(spec(disaggregation={"dtype": "float16"})),
+        kv_epoch(spec(disaggregation={"dtype": "bfloat16"})),
+    )
+    assert len({fp16, bf16, kv_epoch(spec())}) == 3
+    assert kv_epoch(spec(disaggregation={"dtype": "half"})) == fp16
+    assert kv_epoch(spec(disaggregation={"dtype": "float"})) == kv_epoch(spec(disaggregation={"dtype": "float32"}))
+    assert kv_epoch(spec(disaggregation={"dtype": "auto"})) == kv_epoch(spec())
 
 
 def test_what_a_handoff_does_not_depend_on_leaves_the_epoch() -> None:

@@ -414,6 +414,26 @@ def test_unequal_kv_cache_dtype(kit: Any, caplog: pytest.LogCaptureFixture, vers
         )
 
 
+@pytest.mark.parametrize("version", ["0.5.23", "0.5.9"])
+def test_unequal_dtype_goes_unnoticed_as_in_sglang(kit: Any, version: str) -> None:
+    """Issue 37: `--dtype float16` on prefill beside a bf16 decode, KV dtype auto: SGLang compares the KV dtype
+    strings (`auto` on both; 0.5.9 compares page sizes only) and hands the fp16 pages over, so neither side fails.
+    The simulator does the same; only the operator's single `disaggregation.dtype` keeps the roles alike."""
+
+    async def body() -> None:
+        async with (
+            pd_pair(kit, ["--dtype", "float16"], ["--dtype", "bfloat16"], version=version) as (p, d),
+            aiohttp.ClientSession() as s,
+        ):
+            req = {"text": "hi", "sampling_params": {"max_new_tokens": 2}, **pd_fields(p, 13)}
+            (ps, _), (ds, _) = await asyncio.gather(
+                post(s, kit.url(p) + "/generate", req), post(s, kit.url(d) + "/generate", req)
+            )
+            assert (ps, ds) == (200, 200) and not d.stopped and not p.stopped
+
+    run(body)
+
+
 def test_per_role_gauges_and_disagg_loads_during_a_transfer(kit: Any) -> None:
     # 100 prompt tokens x 128 KiB at 87.4 kB/s: 150 s, x0.01 time scale = 1.5 s of transfer
     slow = {"SGLANG_SIM_KV_TRANSFER_GBPS": "0.0000874"}

@@ -9,14 +9,15 @@ import aiohttp
 import pytest
 import yaml
 
-from sglang_operator.api.releases import MOE_A2A_BACKEND_SINCE, format_version
+from sglang_operator.api.groups import worker_groups
+from sglang_operator.api.releases import DTYPES, KV_CACHE_DTYPES, MOE_A2A_BACKEND_SINCE, format_version, parse_version
 from sglang_operator.api.spec import SGLangDeploymentSpec
 from sglang_operator.topology import launch_args, topology
 from sglang_sim import main
 from sglang_sim.args import ArgsError, launch_problem, parse, resolve
 from sglang_sim.knobs import SimKnobs
 from sglang_sim.server import capacity
-from sglang_sim.sglang_releases import RELEASES
+from sglang_sim.sglang_releases import FLAGS, RELEASES
 from sglang_sim.versions import DEFAULT_VERSION, UnknownVersion, normalize, split_version
 
 from ..conftest import REPO
@@ -194,3 +195,35 @@ def test_a_flag_below_the_attention_dp_size_leaves_no_slot_before_0_5_23() -> No
     assert "leaves each rank 0 slots" in (launch_problem(old.args, 64) or "")
     new = resolve(parse([*M, "--tp", "16", "--attn-dp-size", "16", "--max-running-requests", "8"]))
     assert launch_problem(new.args, 64) is None and capacity(new.args, SimKnobs()).max_running_per_rank == 1
+
+
+def test_every_release_takes_the_kv_contract_the_operator_renders() -> None:
+    """`disaggregation.dtype` offers exactly the release's `--dtype` choices (the same in every supported release,
+    tests/compat reads them from the wheels into the simulator's table), and each release's parser accepts the PD
+    launch command with the whole contract on both roles (issue 37)."""
+
+    def choices(option: str, version: str) -> set[str]:
+        rows = [r for r in FLAGS if option in r[1] and _covers(r[0], version)]
+        assert len(rows) == 1, (option, version)
+        return set(rows[0][6] or ())
+
+    for version in RELEASES:
+        assert choices("--dtype", version) == set(DTYPES), version
+        base = parse_version(version)
+        assert choices("--kv-cache-dtype", version) == {
+            dtype for dtype, (first, last) in KV_CACHE_DTYPES.items() if first <= base <= last
+        }, version
+        raw = {"model": {"path": "m"}, "engine": {"version": version},
+               "disaggregation": {"pageSize": 64, "kvCacheDtype": "fp8_e4m3", "dtype": "half"},
+               "workerGroups": [{"name": "p", "role": "prefill", "replicas": 1, "parallelism": {}},
+                                {"name": "d", "role": "decode", "replicas": 1, "parallelism": {}}]}  # fmt: skip
+        for group in worker_groups(SGLangDeploymentSpec.model_validate(raw)):
+            argv = launch_args(group.spec, pd=group.pd)[3:]
+            assert exit_code(version, *argv) == 0, (version, group.name)
+
+
+def _covers(span: str, version: str) -> bool:
+    """Whether a table row's release span (`0.5.9-0.5.23`, `0.5.19`) holds `version`."""
+    first, _, last = span.partition("-")
+    order = list(RELEASES)
+    return order.index(first) <= order.index(version) <= order.index(last or first)

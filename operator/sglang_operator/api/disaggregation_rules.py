@@ -2,13 +2,15 @@
 image runs accepts, and what smg in PD mode can start with. Part of `validation.RULES`.
 
 A fleet is disaggregated when `spec.disaggregation` is present; then every worker group has a role and both roles
-are there. What a KV handoff depends on (transfer backend, page size, KV-cache dtype) is a field of
+are there. What a KV handoff depends on (transfer backend, page size, KV-cache dtype, model dtype) is a field of
 `spec.disaggregation`, rendered on both roles, so two groups cannot disagree on it: SGLang would only find out at
-the first transfer and fail every request (docs/pd.md); a change of it cuts the fleet over whole (`kvepoch.py`).
+the first transfer and fail every request, or (the model dtype) never, handing over pages of another dtype
+(docs/pd.md); a change of it cuts the fleet over whole (`kvepoch.py`).
 `TRANSITION_RULES` need the stored object too: the API server checks them on update (`oldSelf`), `validate --old`
 does the same.
 """
 
+import re
 from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Final
@@ -17,10 +19,15 @@ from .constants import DIST_INIT_PORT
 from .release_rules import UNKNOWN_VERSION_CEL, between_cel, runs_between
 from .releases import (
     DECODE_ALLOCATION_POLICY_SINCE,
+    DP_ATTENTION_HANDSHAKE_DELTA,
+    DP_ATTENTION_MULTI_NODE_PORTS,
+    DP_ATTENTION_PORT_DELTA,
+    DP_ATTENTION_PORTS,
     KV_CACHE_DTYPES,
     MOONCAKE_TCP_SINCE,
     NEWEST_SUPPORTED,
     OLDEST_SUPPORTED,
+    PAGE_SIZE_BACKENDS,
     PD_DECODE_SHAPE_UNTIL,
     format_version,
 )
@@ -31,6 +38,7 @@ from .spec import SGLangDeploymentSpec, WorkerGroupSpec
 KV_CONTRACT_FLAGS: Final[dict[str, str]] = {
     "--page-size": "spec.disaggregation.pageSize",
     "--kv-cache-dtype": "spec.disaggregation.kvCacheDtype",
+    "--dtype": "spec.disaggregation.dtype",
 }
 """Flags both roles must give alike; a disaggregated fleet sets them in `spec.disaggregation`, not in args."""
 
@@ -75,6 +83,67 @@ def _kv_dtype_available(spec: SGLangDeploymentSpec) -> bool:
     first, last = KV_CACHE_DTYPES[dis.kv_cache_dtype]
     return runs_between(spec, first, last)
 
+
+def dp_attention_ports(spec: SGLangDeploymentSpec, group: WorkerGroupSpec) -> set[int]:
+    """The ports a group's first node binds for attention DP (none without it): SGLang's ZMQ ports from `--port` +
+    233 on one node, from the `--dist-init-addr` port (`DIST_INIT_PORT`) over several, and the DP controller's
+    handshake 13 above either (`releases.DP_ATTENTION_*`). A prefill's bootstrap server cannot bind one of them."""
+    if group.parallelism.attention_dp <= 1:
+        return set()
+    if group.parallelism.nnodes > 1:
+        return {*range(DIST_INIT_PORT, DIST_INIT_PORT + DP_ATTENTION_MULTI_NODE_PORTS), DIST_INIT_PORT + _HANDSHAKE}
+    first = spec.engine.port + DP_ATTENTION_PORT_DELTA
+    return {*range(first, first + DP_ATTENTION_PORTS), spec.engine.port + _HANDSHAKE}
+
+
+_HANDSHAKE = DP_ATTENTION_HANDSHAKE_DELTA
+_LAST = DIST_INIT_PORT + DP_ATTENTION_MULTI_NODE_PORTS - 1
+_LAST_ONE_NODE = DP_ATTENTION_PORT_DELTA + DP_ATTENTION_PORTS - 1
+_DP_PORTS_CEL = (
+    f"{_PD}!has(self.workerGroups) || self.workerGroups.all(g, !has(g.role) || g.role != 'prefill' || "
+    f"g.parallelism.attentionDP < 2 || [g.parallelism.nnodes > 1].all(m, [{_DIS}.bootstrapPort - (m ? "
+    f"{DIST_INIT_PORT} : self.engine.port + {DP_ATTENTION_PORT_DELTA})].all(o, (o < 0 || o > (m ? "
+    f"{DP_ATTENTION_MULTI_NODE_PORTS - 1} : {DP_ATTENTION_PORTS - 1})) && o != (m ? {_HANDSHAKE} : "
+    f"{_HANDSHAKE - DP_ATTENTION_PORT_DELTA}))))"
+)
+"""`dp_attention_ports` over the prefill groups, as the bootstrap port's offset `o` from the first of those ports
+(`[x].all(v, ...)` names a value once)."""
+
+_BACKEND_FLAG = r"(^|\n)--(prefill-a|decode-a|attention-b)[a-z-]*[=\n]"
+"""An attention backend flag (`--attention-backend`, `--prefill-`/`--decode-attention-backend`, or a prefix argparse
+takes: no other flag of a supported release starts with these) and the start of its value (after `=`, or the next
+argument), in the arguments joined by newlines (an argument holds none)."""
+
+
+def _by_sizes(backends: dict[str, tuple[int, ...]]) -> dict[str, tuple[int, ...]]:
+    """The backends that keep the same page sizes, as one alternation (`trtllm_mla|cutedsl_mla`) -> those sizes."""
+    same: dict[tuple[int, ...], list[str]] = {}
+    for backend, sizes in backends.items():
+        same.setdefault(sizes, []).append(backend)
+    return {"|".join(names): sizes for sizes, names in same.items()}
+
+
+_BACKEND_SIZES = _by_sizes(PAGE_SIZE_BACKENDS)
+
+
+def _backend_keeps_page_size(spec: SGLangDeploymentSpec) -> bool:
+    dis = spec.disaggregation
+    if dis is None or dis.page_size is None:
+        return True
+    joined = "\n".join(spec.engine.args)
+    return all(
+        dis.page_size in sizes or not re.search(rf"{_BACKEND_FLAG}({backends})(\n|$)", joined)
+        for backends, sizes in _BACKEND_SIZES.items()
+    )
+
+
+_BACKEND_CEL = (
+    f"{_PD}!has({_DIS}.pageSize) || !has(self.engine.args) || ["
+    + ", ".join(f"'{','.join(map(str, sizes))}:{backends}'" for backends, sizes in _BACKEND_SIZES.items())
+    + f"].all(e, string({_DIS}.pageSize) in e.split(':')[0].split(',') || !self.engine.args.join('\\n')"
+    rf".matches(r'{_BACKEND_FLAG}(' + e.split(':')[1] + r')(\n|$)'))"
+)
+"""`_backend_keeps_page_size`: each entry is `sizes:alternation`, one string, so that the list is written once."""
 
 _KV_DTYPE_CEL = (
     "{"
@@ -186,6 +255,18 @@ DISAGGREGATION_RULES: tuple[Rule, ...] = (
         ),
     ),
     Rule(
+        field="spec.disaggregation.bootstrapPort",
+        message="must be outside the ports SGLang binds for attention DP on a prefill group's first node (engine.port "
+        f"+ {_HANDSHAKE} and + {DP_ATTENTION_PORT_DELTA} to + {_LAST_ONE_NODE} on one node; {DIST_INIT_PORT} to "
+        f"{_LAST} and {DIST_INIT_PORT + _HANDSHAKE} over several): the bootstrap server could not bind it there; pick "
+        "another port.",
+        cel=_DP_PORTS_CEL,
+        holds=lambda s: (
+            s.disaggregation is None
+            or all(s.disaggregation.bootstrap_port not in dp_attention_ports(s, g) for g in _of_role(s, "prefill"))
+        ),
+    ),
+    Rule(
         field="spec.disaggregation.pageSize",
         message="must be at least 1 and at most 4096: it is SGLang's --page-size (tokens per KV page).",
         cel=f"{_PD}!has({_DIS}.pageSize) || ({_DIS}.pageSize >= 1 && {_DIS}.pageSize <= 4096)",
@@ -206,11 +287,19 @@ DISAGGREGATION_RULES: tuple[Rule, ...] = (
         holds=_kv_dtype_available,
     ),
     Rule(
+        field="spec.disaggregation.pageSize",
+        message="must be a size the attention backend named in engine.args takes ("
+        + "; ".join(f"{b.replace('|', ', ')}: {', '.join(map(str, z))}" for b, z in _BACKEND_SIZES.items())
+        + "): SGLang replaces any other, so the roles' KV pages would differ; set one of those or another backend.",
+        cel=_BACKEND_CEL,
+        holds=_backend_keeps_page_size,
+    ),
+    Rule(
         field="spec.engine.args",
         message="a disaggregated fleet sets "
         + ", ".join(f"{flag} in {field}" for flag, field in KV_CONTRACT_FLAGS.items())
-        + ": both roles must give them alike (SGLang refuses a KV transfer otherwise, at the first request); move "
-        "the value there.",
+        + ": both roles must give them alike (SGLang refuses a KV transfer otherwise, or with --dtype hands over "
+        "pages of another dtype unnoticed); move the value there.",
         cel=f"{_PD}({owned_flag_cel('self.engine.args', KV_CONTRACT_FLAGS)})",
         holds=lambda s: s.disaggregation is None or not any(owned_flag(a, KV_CONTRACT_FLAGS) for a in s.engine.args),
     ),

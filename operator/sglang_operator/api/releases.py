@@ -59,6 +59,45 @@ KV_CACHE_DTYPES: Final[dict[str, tuple[Version, Version]]] = {
     "fp4_e2m1": ((0, 5, 9), (0, 5, 20)),
 }
 """`--kv-cache-dtype` values: the first and the last release whose parser accepts each."""
+DTYPES: Final = ("auto", "half", "float16", "bfloat16", "float", "float32")
+"""`--dtype` values (weights and activations, and so the KV pages while the KV dtype is auto): the same in every
+supported release (0.5.9 `server_args.py` add_argument choices; 0.5.23 `arg_groups/fields/model.py`)."""
+DTYPE_ALIASES: Final[dict[str, str]] = {"half": "float16", "float": "float32"}
+"""Spellings SGLang's help gives as one dtype ('"float16" is the same as "half"', '"float" is shorthand for FP32')."""
+
+PAGE_SIZE_BACKENDS: Final[dict[str, tuple[int, ...]]] = {
+    "flashmla": (64,),
+    "hpc_ops": (64,),
+    "cutlass_mla": (128,),
+    "trtllm_mla": (32, 64),
+    "cutedsl_mla": (32, 64),
+    "tokenspeed_mla": (32, 64),
+    "trtllm_mha": (16, 32, 64, 128),
+    "intel_xpu": (16, 32, 64, 128),
+}
+"""Attention backends (`--attention-backend`, `--prefill-`/`--decode-attention-backend`) for which SGLang replaces
+`--page-size` with one its kernel takes, and the sizes it keeps: `server_args.py` up to 0.5.14, then
+`arg_groups/overrides.py` (`_mla_backend_page_constraints`, `_intel_xpu_page_constraint`). Where releases differ the
+sizes are those some release keeps: trtllm_mha keeps 128 from 0.5.17 (16, 32, 64 before), intel_xpu 32 to 128 up to
+0.5.10, then 64 and 128 (16 and 32 too for MLA models). cutlass_mla is accepted up to 0.5.19, hpc_ops from 0.5.17,
+cutedsl_mla from 0.5.13, tokenspeed_mla from 0.5.12 (0.5.23: an alias of cutedsl_mla); a release without one refuses
+it at start anyway. fa4 forces 128 only for non-MLA models (from 0.5.10 on SM100 only), which the spec does not
+say: not listed."""
+
+DP_ATTENTION_PORT_DELTA: Final = 233
+"""SGLang's `ZMQ_TCP_PORT_DELTA` (`server_args.py`, `PortArgs.init_new`): with attention DP its processes talk over
+TCP, on one node from `--port` + 233, over several from the `--dist-init-addr` port, every release. (From 0.5.13 the
+one-node ports move to `--port` - 233 when + 233 passes 65535: not modelled.)"""
+DP_ATTENTION_PORTS: Final = 6
+"""The ports from there on one node: the rendezvous, tokenizer, detokenizer, rpc, metrics and scheduler input
+(+ 0 to + 5), every release."""
+DP_ATTENTION_MULTI_NODE_PORTS: Final = 7
+"""The same over several nodes, and from 0.5.13 the load collector's (+ 6, bound only there): one more port than
+0.5.9 to 0.5.12 bind, kept on every release so that the rule needs no release check."""
+DP_ATTENTION_HANDSHAKE_DELTA: Final = 13
+"""SGLang's `DP_ATTENTION_HANDSHAKE_PORT_DELTA` (`managers/data_parallel_controller.py`): the DP controller binds
+`--port` + 13 (one node) or the `--dist-init-addr` port + 13 (several) to hand out its workers' ports, every
+release."""
 
 VERSION_PATTERN: Final = r"^[0-9]+\.[0-9]+\.[0-9]+(\.post[0-9]+)?$"
 # The version at the start of an image tag: `v0.5.21`, `v0.5.21-cu129`, `0.5.15.post1-cu126`.

@@ -10,7 +10,7 @@ from typing import Annotated, Literal
 
 from pydantic import Field
 
-from .base import SpecModel
+from .base import CONTROL, NO_SPACE, SPACE_OR_CONTROL, SpecModel
 from .constants import (
     DEFAULT_ENGINE_PORT,
     DEFAULT_ROUTER_IMAGE,
@@ -21,7 +21,7 @@ from .constants import (
 from .diagnostics import DiagnosticsSpec
 from .inferencepool import InferencePoolSpec
 from .podtemplate import ABSOLUTE_PATH, EnvVar, PodTemplateOverrides
-from .podtypes import DNS_SUBDOMAIN, QUANTITY
+from .podtypes import CONFIG_KEY, DNS_SUBDOMAIN, QUANTITY
 from .releases import SUPPORTED_RANGE, VERSION_PATTERN, image_tag_version, release_image
 
 MoeA2ABackend = Literal[
@@ -54,18 +54,20 @@ EP_SPANNING_BACKENDS: frozenset[str] = frozenset(
     }
 )
 
-# Patterns the schema and `validate` share. Strings that reach a command line, a URL or a header carry no whitespace
-# or control characters, so no value can smuggle a second flag, line or header.
-NO_SPACE = r"^\S+$"
+# Patterns the schema and `validate` share. Strings that reach a command line, a URL or a header carry no space or
+# control character (`base.CONTROL`: one class, read alike by the API server and `validate`), so no value can smuggle
+# a second flag, line or header, nor a NUL that exec cannot pass (every pod would fail at start, no field named).
 # Values that land right after a flag of the engine's command line must not read as a flag themselves.
-NOT_A_FLAG = r"^[^-\s]\S*$"
-PATH_NOT_A_FLAG = r"^[^-\x00-\x1f\x7f][^\x00-\x1f\x7f]*$"
-SECRET_KEY = r"^[-._a-zA-Z0-9]+$"
+NOT_A_FLAG = rf"^[^-{SPACE_OR_CONTROL}][^{SPACE_OR_CONTROL}]*$"
+PATH_NOT_A_FLAG = rf"^[^-{CONTROL}][^{CONTROL}]*$"
+SECRET_KEY = CONFIG_KEY
+"""A key a Secret can hold (`podtypes.CONFIG_KEY`: never `.`, `..` nor starting with `..`): a reference to any other
+names nothing, and the pods that read it wait for it forever."""
 EXTENDED_RESOURCE = r"^[a-z0-9]([-a-z0-9.]*[a-z0-9])?/[a-zA-Z0-9]([-a-zA-Z0-9_.]*[a-zA-Z0-9])?$"
-PROMETHEUS_URL = r"^https?://[^\s/@?#]+(/[^\s]*)?$"
+PROMETHEUS_URL = rf"^https?://[^{SPACE_OR_CONTROL}/@?#]+(/[^{SPACE_OR_CONTROL}]*)?$"
 Arg = Annotated[str, Field(max_length=1024, pattern=r"^[^\x00\n\r]*$")]
 HeaderName = Annotated[str, Field(min_length=1, max_length=128, pattern=r"^[A-Za-z0-9][A-Za-z0-9-]*$")]
-HeaderValue = Annotated[str, Field(max_length=1024, pattern=r"^[^\x00-\x1f\x7f]*$")]
+HeaderValue = Annotated[str, Field(max_length=1024, pattern=rf"^[^{CONTROL}]*$")]
 PROMETHEUS_TENANT_HEADERS = ("X-Scope-OrgID", "THANOS-TENANT")
 """The only names `prometheusAuth.headers` may have (compared case-insensitively): the tenant headers of the
 Prometheus-compatible APIs that select a tenant by header, Cortex, Mimir and Loki (`X-Scope-OrgID`) and Thanos
@@ -285,6 +287,10 @@ class DisaggregationSpec(SpecModel):
     kv_cache_dtype: KvCacheDtype | None = Field(
         default=None,
         description="--kv-cache-dtype on both roles (equal on both sides, as the page size). Default: SGLang's.",
+    )
+    dtype: Literal["auto", "half", "float16", "bfloat16", "float", "float32"] | None = Field(
+        default=None,
+        description="--dtype on both roles: with the KV dtype at auto it is the KV pages' dtype. Default: SGLang's.",
     )
 
 

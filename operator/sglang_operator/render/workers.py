@@ -65,6 +65,8 @@ def revision_hash(spec: SGLangDeploymentSpec, pd: PdRole | None = None) -> str:
     shaping["template"]["spec"] = _without_none(spec.template.spec)
     if spec.disaggregation is not None and pd is not None:  # absent in a colocated fleet: its hash stays
         shaping["disaggregation"] = spec.disaggregation.model_dump(by_alias=True, mode="json")
+        if spec.disaggregation.dtype is None:  # a field added later: absent, it leaves the hash as it was
+            del shaping["disaggregation"]["dtype"]
         shaping["role"] = {"role": pd.role, "decodeShape": pd.decode_shape}
     digest = hashlib.sha256(json.dumps(shaping, sort_keys=True).encode()).hexdigest()
     return digest[:10]
