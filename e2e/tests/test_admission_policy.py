@@ -75,6 +75,14 @@ def _pd(backend: str | None) -> dict[str, Any]:
     return pd({} if backend is None else {"transferBackend": backend})
 
 
+def _rdma_as_gpu(resource: str) -> dict[str, dict[str, Any]]:
+    """A colocated fleet whose GPUs are named as `resource`, and a fleet of groups whose second group names it."""
+    groups = [{"name": "a", "parallelism": {"tp": 1}}, {"name": "b", "parallelism": {"tp": 1}, "replicas": 1,
+                                                          "resources": {"gpuResourceName": resource}}]  # fmt: skip
+    return {"spec.resources": {"resources": {"gpuResourceName": resource}},
+            "spec.workerGroups[1].resources": {"workerGroups": groups}}  # fmt: skip
+
+
 def dry_run(custom: client.CustomObjectsApi, namespace: str, spec: dict[str, Any]) -> str | None:
     """None where the API server admits the CR (server-side dry run), else its message."""
     try:
@@ -225,9 +233,23 @@ def test_the_policy_and_the_operator_agree_on_rdma_backends(
                 elif expected:
                     assert str(expected[0]) in message, message
                     refused.add((resource, backend))
+            for where, spec in _rdma_as_gpu(RDMA_RESOURCE).items():  # issue 37: the RDMA device named as the GPUs'
+                parsed, errors = parse_spec({"model": {"path": "m"}, **spec}, strict=True)
+                assert parsed is not None, errors
+                expected = check_pod_policy(parsed, policy)
+                message = dry_run(custom, watched, spec)
+                if (message is None) != (not expected):
+                    disagree.append(f"gpu resource in {where} with {resource!r}: operator {expected}, API: {message}")
+                elif expected:
+                    assert str(expected[0]) in message, message
+                    refused.add((resource, where))
         assert not disagree, "\n".join(disagree)
-        # the table is not vacuous: RDMA backends need the resource, TCP and Ascend's fabric do not
-        assert refused == {(r, b) for r in ("", "rdma") for b in (None, "mooncake", "nixl", "mori")}
+        # the table is not vacuous: RDMA backends need the resource, TCP and Ascend's fabric do not; the RDMA resource
+        # as the GPUs' is refused where it is the RDMA resource, at the fleet's resources and at a group's
+        assert refused == {(r, b) for r in ("", "rdma") for b in (None, "mooncake", "nixl", "mori")} | {
+            (RDMA_RESOURCE, "spec.resources"),
+            (RDMA_RESOURCE, "spec.workerGroups[1].resources"),
+        }
     finally:
         for extra in namespaces[1:]:
             core.delete_namespace(extra, propagation_policy="Background")
