@@ -33,16 +33,17 @@ from kubernetes import client
 from kubernetes.client.exceptions import ApiException
 
 from .. import metrics, names
-from ..api.constants import ANNOTATION_DRAINING, ANNOTATION_WARM, COMPONENT_ROUTER, LABEL_COMPONENT
+from ..api.constants import ANNOTATION_DRAINING, ANNOTATION_WARM
 from ..api.spec import SecretKeyRef
 from ..api.validation import check_pod_policy, parse_spec
 from ..kvepoch import Cutover, kv_epoch, plan_cutover
-from ..observed import owned_by, owned_workers, pod_epoch, router_pod_of, router_replica_set, slot_router_pods
+from ..observed import owned_by, owned_workers, pod_epoch
 from ..render import Owner, replica_pods, shared_children
 from ..render.router import router_service
 from ..runtime.conditions import condition, merge_conditions
 from ..runtime.kube import API_TIMEOUT
 from ..runtime.readback import read_snapshot
+from ..runtime.routerpods import ReplicaSetControllers, slot_deployments
 from ..runtime.state import SECRETS, SERVED_KINDS, Expectations, Snapshot, TtlCache
 from ..runtime.writer import ChildRef, KindUnavailable, Outcome, Writer, possible_children, stale_children
 from ..secretref import secret_key_text, unusable_credential
@@ -78,10 +79,6 @@ from .steps import (
 )
 
 log = logging.getLogger(__name__)
-
-REPLICA_SET_TTL_SECONDS = 60.0
-"""How long the controller of a router pod's ReplicaSet, once read, is kept (per ReplicaSet uid): a pass reads the
-ReplicaSets of its router pods once a minute at most, not once per pass."""
 
 
 @dataclass
@@ -146,8 +143,8 @@ class Reconciler:
         self.settings = settings
         self.secrets = secrets if secrets is not None else SECRETS
         self.kinds = kinds if kinds is not None else SERVED_KINDS
-        self.replica_sets = TtlCache(REPLICA_SET_TTL_SECONDS)
-        """(namespace, ReplicaSet name, uid) -> the uid of the Deployment that controls it (None: none)."""
+        self.replica_sets = ReplicaSetControllers()
+        """The controllers of the router pods' ReplicaSets, as read (`runtime.routerpods`)."""
 
     # -- entry points ------------------------------------------------------------------------------------------
     def reconcile(self, namespace: str, name: str) -> PassResult:
@@ -356,45 +353,11 @@ class Reconciler:
         return replace(seen, bootstrap_ports=ports, bootstrapped=answered)
 
     def _router_pods(self, ctx: PassContext) -> list[dict[str, Any]]:
-        """The pods of the CR's own router Deployments (`observed.slot_router_pods`): the ReplicaSet controlling each
-        candidate (a pod named as a slot's, `observed.router_pod_of`) is read (cached) for the Deployment that
-        controls it, which must be the slot's, owned by the CR."""
-        slots = {}
-        for slot in names.router_slots(ctx.name):
-            child = ctx.children.get(("Deployment", slot))
-            uid = ((child or {}).get("metadata") or {}).get("uid")
-            if child is not None and owned_by(child, ctx.owner.uid) and isinstance(uid, str):
-                slots[slot] = uid
-        candidates = [p for p in _component(ctx.pods, COMPONENT_ROUTER) if router_pod_of(p, ctx.name)]
-        controllers: dict[str, str | None] = {}
-        for pod in candidates:
-            owner = router_replica_set(pod, ctx.name)
-            if owner is not None and owner.slot in slots and owner.uid not in controllers:
-                controllers[owner.uid] = self._replica_set_controller(ctx.namespace, owner.name, owner.uid)
-        return slot_router_pods(candidates, ctx.name, slots, controllers)
-
-    def _replica_set_controller(self, namespace: str, name: str, uid: str) -> str | None:
-        """The uid of the Deployment that controls the ReplicaSet `name` (None: none, or the ReplicaSet of that name
-        is gone or another one than `uid`). One GET, kept for REPLICA_SET_TTL_SECONDS; an error other than 404
-        fails the step (routers that cannot be told apart are not guessed at)."""
-
-        def read() -> str | None:
-            try:
-                replica_set = self.apps.read_namespaced_replica_set(name, namespace, _request_timeout=API_TIMEOUT)
-            except ApiException as exc:
-                if exc.status == 404:
-                    return None
-                raise
-            body = replica_set if isinstance(replica_set, dict) else self.api.sanitize_for_serialization(replica_set)
-            meta = body.get("metadata") or {}
-            if meta.get("uid") != uid:
-                return None
-            return next((str(ref["uid"]) for ref in meta.get("ownerReferences") or []
-                         if isinstance(ref, dict) and ref.get("controller") is True and ref.get("kind") == "Deployment"
-                         and isinstance(ref.get("uid"), str)), None)  # fmt: skip
-
-        value = self.replica_sets.get((namespace, name, uid), read)
-        return value if isinstance(value, str) else None
+        """The pods of the CR's own router Deployments (`runtime.routerpods`, the doctor's selection too): the
+        ReplicaSet controlling each candidate is read (cached) for the Deployment that controls it, which must be the
+        slot's, owned by the CR. A read that fails other than 404 fails the step."""
+        slots = slot_deployments(ctx.name, ctx.owner.uid, lambda slot: ctx.children.get(("Deployment", slot)))
+        return self.replica_sets.router_pods(self.apps, ctx.pods, ctx.namespace, ctx.name, slots)
 
     def _secret_text(self, ref: SecretKeyRef | None, namespace: str, field: str, cr: str = "") -> str | None:
         """A key of a Secret of the CR's namespace that the CR names at `field` (the router's or the workers' API
@@ -607,11 +570,6 @@ class Reconciler:
     def _delta(self, before: dict[str, int]) -> dict[str, int]:
         return {verb: count - before.get(verb, 0) for verb, count in self.writer.writes.items()
                 if count != before.get(verb, 0)}  # fmt: skip
-
-
-def _component(pods: list[dict[str, Any]], component: str) -> list[dict[str, Any]]:
-    """The pods of one component (workers or routers)."""
-    return [pod for pod in pods if ((pod.get("metadata") or {}).get("labels") or {}).get(LABEL_COMPONENT) == component]
 
 
 def _bookkeeping_annotations(meta: dict[str, Any]) -> dict[str, str]:

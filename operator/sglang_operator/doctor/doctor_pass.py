@@ -23,12 +23,13 @@ from ..prometheus.access import prometheus_access
 from ..prometheus.client import Credentials, connect
 from ..prometheus.credentials import resolve_credentials
 from ..runtime.kube import API_TIMEOUT
+from ..runtime.routerpods import ReplicaSetControllers
 from ..runtime.writer import Writer
 from ..secretref import secret_key_text, unusable_credential
 from ..settings import OperatorSettings
 from .diagnose import diagnose
 from .hysteresis import Evolution, evolve, is_empty
-from .model import FINDING_TYPES, Diagnosis, ReplicaMetrics
+from .model import FINDING_TYPES, Diagnosis, ReplicaMetrics, RouterView
 from .observe import cr_uid, fleet_facts, probe_bootstrap, read_metrics, read_routers, router_pods
 from .pd_observe import bootstrap_targets
 
@@ -58,12 +59,16 @@ def evaluate(
     as_user: bool = False,
     read_secret: SecretReader | None = None,
     deadline_seconds: float = DEADLINE_SECONDS,
+    slots: Mapping[str, str] | None = None,
+    replica_sets: ReplicaSetControllers | None = None,
 ) -> Evaluation:
     """Observe and diagnose once; never raises for what Prometheus or a router answers. Prometheus: where the
     autoscaler reads it (the operator); `as_user` (the CLI, with the caller's own rights): `prometheus_url` without
     credentials when given, else the CR's URL or the settings' default one with the CR's prometheusAuth and no
     allow-list (that list guards the operator's requests, not the caller's). `settings`: the operator's, or the
-    CLI's (only its default Prometheus URL)."""
+    CLI's (only its default Prometheus URL). The router pods called are the reconciler's (`observe.router_pods`):
+    `slots`, the router Deployments the CR owns (name -> uid) as the operator's watch shows them, else read now;
+    `replica_sets`, the loop's cache of their ReplicaSets' controllers, else a fresh one."""
     meta = body.get("metadata") or {}
     namespace, name = str(meta.get("namespace", "")), str(meta.get("name", ""))
     now = time.time() if now is None else now
@@ -89,7 +94,11 @@ def evaluate(
             why = f"cannot use Prometheus at {url[:200]!r}: {type(e).__name__}"
     reader = read_secret or secret_reader(api)
     api_key, key_error = _router_api_key(spec, namespace, reader)
-    routers = () if key_error else read_routers(router_pods(pods, name), spec.router.port, api_key, deadline)
+    routers: tuple[RouterView, ...] = ()
+    if not key_error:
+        cache = replica_sets if replica_sets is not None else ReplicaSetControllers()
+        own = router_pods(client.AppsV1Api(api), pods, namespace, name, cr_uid(body), slots, cache)
+        routers = read_routers(own, spec.router.port, api_key, deadline)
     facts = fleet_facts(body, spec, pods, routers, now)
     if spec.disaggregation is not None:
         targets = bootstrap_targets(pods, facts, spec.disaggregation.bootstrap_port, cr_uid(body))
@@ -146,10 +155,15 @@ def doctor_once(
     settings: OperatorSettings,
     read_secret: SecretReader | None = None,
     now: float | None = None,
+    slots: Mapping[str, str] | None = None,
+    replica_sets: ReplicaSetControllers | None = None,
 ) -> DoctorPass:
-    """The operator's pass: evaluate, apply hysteresis to the previous `status.diagnostics`, and report."""
+    """The operator's pass: evaluate, apply hysteresis to the previous `status.diagnostics`, and report. `slots`,
+    `replica_sets`: the router Deployments and the ReplicaSet cache `evaluate` selects router pods with."""
     now = time.time() if now is None else now
-    evaluation = evaluate(api, body, spec, pods, settings, now=now, read_secret=read_secret)
+    evaluation = evaluate(
+        api, body, spec, pods, settings, now=now, read_secret=read_secret, slots=slots, replica_sets=replica_sets
+    )
     previous = (body.get("status") or {}).get("diagnostics")
     d = spec.diagnostics
     stamp = datetime.fromtimestamp(now, UTC).strftime("%Y-%m-%dT%H:%M:%SZ")

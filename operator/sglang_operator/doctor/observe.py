@@ -3,13 +3,16 @@
 I/O: per-replica PromQL over the window (the autoscaler's client, credentials and label names, see
 `prometheus.client`; in a disaggregated fleet also the PD signals of `pd_observe.pd_promql`), each router pod's
 worker list (`router.client`) and, in a disaggregated fleet, each ready prefill's bootstrap server
-(`probe_bootstrap`). Every call is bounded by what is left of one total deadline for the whole evaluation; a failed
-or malformed answer makes that signal unknown (None), never an exception out of the evaluation.
+(`probe_bootstrap`). Every such call is bounded by what is left of one total deadline for the whole evaluation; a
+failed or malformed answer makes that signal unknown (None), never an exception out of the evaluation. Which pods are
+the fleet's routers is read from the API server first (`router_pods`: their ReplicaSets' controllers, as the
+reconciler reads them), under the API client's own timeout.
 
 Pure: `pod_facts` and `fleet_facts` turn the pods' and the CR's JSON into the doctor's values.
 """
 
 import dataclasses
+import logging
 import math
 import re
 import shlex
@@ -17,6 +20,8 @@ import time
 from collections.abc import Mapping, Sequence
 from datetime import datetime
 from typing import Any
+
+from kubernetes import client
 
 from ..api.constants import (
     ANNOTATION_DRAINING,
@@ -26,10 +31,11 @@ from ..api.constants import (
     LABEL_WORKER_GROUP,
 )
 from ..api.spec import SGLangDeploymentSpec
-from ..observed import owned_workers, router_pod_of
+from ..observed import owned_workers
 from ..prometheus.client import PrometheusClient, Queries, failure_reason, label_matchers
 from ..router.client import RouterClient, RouterError
 from ..runtime.httpcall import CallFailed, describe, request
+from ..runtime.routerpods import ReplicaSetControllers, read_deployment, router_candidates, slot_deployments
 from .diagnose import scale_ups
 from .model import BootstrapProbe, FleetFacts, PodFacts, ReplicaMetrics, RouterView
 from .pd_observe import group_roles, launch_facts, pd_promql, per_router, pod_role, role_replicas, spec_launch
@@ -40,6 +46,7 @@ PROBE_SECONDS = 2.0
 """One bootstrap probe's deadline (SGLang's bootstrap server answers `GET /health` at once)."""
 _PROBE_ANSWER_BYTES = 4096
 """SGLang answers `OK`: a longer answer is not a bootstrap server's."""
+log = logging.getLogger(__name__)
 
 
 def promql(namespace: str, name: str, window: int, labels: Queries | None = None) -> dict[str, str]:
@@ -319,7 +326,32 @@ def cr_uid(body: Mapping[str, Any]) -> str:
     return uid if isinstance(uid, str) else ""
 
 
-def router_pods(pods: Sequence[Mapping[str, Any]], deployment: str) -> list[Mapping[str, Any]]:
-    """The fleet's router pods, by ownership (`observed.router_pod_of`, the reconciler's own test), never
-    by label: the doctor sends them the router's API key, and any pod of the namespace can carry the labels."""
-    return [p for p in pods if router_pod_of(p, deployment)]
+def router_pods(
+    apps: client.AppsV1Api,
+    pods: Sequence[Mapping[str, Any]],
+    namespace: str,
+    deployment: str,
+    owner_uid: str,
+    slots: Mapping[str, str] | None,
+    replica_sets: ReplicaSetControllers,
+) -> list[Mapping[str, Any]]:
+    """The fleet's router pods, selected as the reconciler selects them (`runtime.routerpods`: a pod of a ReplicaSet
+    that the CR's own router Deployment of that slot controls, by uid), never by label or name alone: the doctor
+    sends them the router's API key. `slots`: the router Deployments the CR owns, name -> uid, as the watch shows
+    them; None: read now (the CLI). A read that fails leaves no router pod (the routers unknown), never an
+    exception."""
+    if not router_candidates(pods, deployment):
+        return []  # nothing to read: no pod is even named as a router's
+    try:
+        if slots is None:
+            slots = slot_deployments(deployment, owner_uid, read_deployment(apps, namespace))
+        return replica_sets.router_pods(apps, pods, namespace, deployment, slots)
+    except Exception as e:  # the API server unreachable, too slow, or the reader may not read ReplicaSets
+        log.warning("%s/%s: router pods not read, so not called (%s)", namespace, deployment, _why_not(e))
+        return []
+
+
+def _why_not(error: BaseException) -> str:
+    """Why a read of the API server failed, never what it said (a tenant can write what it quotes)."""
+    status = getattr(error, "status", None)
+    return f"HTTP {status}" if isinstance(status, int) else type(error).__name__
