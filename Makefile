@@ -3,7 +3,7 @@ PY      ?= .venv/bin/python
 VENV    := .venv
 export PATH := $(abspath $(VENV))/bin:$(PATH)
 
-.PHONY: install test unit e2e lint typecheck crds manifests demo cluster-up cluster-down clean image
+.PHONY: install test unit integration e2e lint typecheck crds manifests demo cluster-up cluster-down clean image
 
 ## The operator (editable, with its dev tools) and testing/'s distribution: the simulator and the local cluster.
 $(VENV)/.installed: pyproject.toml testing/pyproject.toml
@@ -22,15 +22,19 @@ typecheck: install
 	mypy
 	cd bench && mypy --strict *.py fleetsim/*.py  # the benchmarks import fleetsim as the scripts do
 
-## The whole test suite: lint, types, unit tests, then the e2e tests on the local cluster.
+## The whole test suite: lint, types, then the three tiers (tests/tiers.py prints one line per tier at the end).
 test: lint typecheck
-	$(PY) -m pytest
+	$(PY) -m tests.tiers unit integration e2e
 
+## One tier: unit (pure, the quick loop while coding), integration (real processes, no cluster), e2e (local cluster).
 unit: install
-	$(PY) -m pytest tests
+	$(PY) -m tests.tiers unit
+
+integration: install
+	$(PY) -m tests.tiers integration
 
 e2e: install
-	$(PY) -m pytest e2e/tests
+	$(PY) -m tests.tiers e2e
 
 ## Regenerate the CRD (and the chart's copy) from the typed API, then the install manifest that embeds it.
 crds: install

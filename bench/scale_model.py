@@ -1,7 +1,7 @@
 """The pure half of `bench/scale.py`: metric parsing, latencies from timelines, targets, the table and the JSON.
 
 Nothing here talks to a cluster, so every number the benchmark prints can be checked by hand in
-`tests/bench/test_scale_model.py`.
+`tests/unit/bench/test_scale_model.py`.
 """
 
 from __future__ import annotations

@@ -26,10 +26,31 @@ from localcluster.fleet import OperatorProcess, create_namespace, install_crd
 E2E_TESTS = Path(__file__).resolve().parent
 
 
+SERIAL: dict[str, str] = {
+    "test_helm_install.py": "runs a cluster-wide operator, which would also reconcile every other test's CRs",
+    "test_uninstall.py": "deletes the CRD and the chart's cluster roles",
+    "test_reconcile_errors.py": "deletes and recreates the PodMonitor CRD that every fleet's monitoring renders",
+    "test_nodeagent.py": "kills the node agent's pods and deletes a node",
+    "test_hpa.py": "starts a control plane of its own (CPU every other test's waits would share)",
+    "test_client_side_apply.py": "applies the CRDs client-side and dry-runs the manifest's cluster-wide objects",
+    "test_leader_election.py": "times Lease handovers to the second",
+    "test_scale_smoke.py": "a load test: 50 fleets' timings, measured on a quiet cluster",
+    "test_many_fleets.py": "a load test: many fleets and their GPUs at once",
+    "test_worker_groups.py": "needs a node with all 8 GPUs free",
+    "test_controlplane.py": "checks the control plane's own components",
+    "test_prometheus.py": "reads Prometheus' targets across the cluster",
+}
+"""The e2e modules that run alone, after the parallel ones (`python -m tests.tiers e2e`; docs/testing.md), with the
+reason: each touches something not namespaced, or measures time or capacity that parallel tests would disturb."""
+
+
 def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
     for item in items:
-        if E2E_TESTS in Path(str(item.fspath)).resolve().parents:
+        path = Path(str(item.fspath)).resolve()
+        if E2E_TESTS in path.parents:
             item.add_marker(pytest.mark.e2e)
+            if path.name in SERIAL:
+                item.add_marker(pytest.mark.serial)
 
 
 @pytest.fixture(scope="session")

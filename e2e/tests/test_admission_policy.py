@@ -7,9 +7,9 @@ The chart is installed with helm (as in `test_helm_install.py`), paused (`replic
 admission, not the operator) and scoped to the test's namespace (`watchNamespaces`), so that a policy installed for
 a moment never refuses another test's CRs; a CR in another namespace is admitted, as it is no concern of this
 operator. With the chart's default (empty) settings all three are refused whatever they hold; with the lists of
-`tests/hostile/cases_urls.py` the policy's CEL and `settings.py` agree on every URL and path of its tables, and on
-every transfer backend with the RDMA resource unset, malformed and set. Requests are server-side dry runs: nothing
-is stored.
+`tests/support/hostile/cases_urls.py` the policy's CEL and `settings.py` agree on every URL and path of its
+tables, and on every transfer backend with the RDMA resource unset, malformed and set. Requests are server-side
+dry runs: nothing is stored.
 """
 
 from __future__ import annotations
@@ -32,8 +32,8 @@ from localcluster.procs import wait_for
 from sglang_operator.api.constants import API_VERSION, CRD_NAME, GROUP, KIND, PLURAL, VERSION
 from sglang_operator.api.validation import check_pod_policy, parse_spec
 from sglang_operator.settings import OperatorSettings, PodPolicy, load_settings, operator_environment
-from tests.api.pd_cases import pd
-from tests.hostile.cases_urls import ALLOWED_HOST_PATHS, ALLOWED_URLS, HOST_PATHS, URLS
+from tests.support.api.pd_cases import pd
+from tests.support.hostile.cases_urls import ALLOWED_HOST_PATHS, ALLOWED_URLS, HOST_PATHS, URLS
 
 POLICY_ACTIVE_TIMEOUT_S = 30.0
 HELM_TIMEOUT_S = 120.0
@@ -71,7 +71,7 @@ def _url(url: str) -> dict[str, Any]:
 
 
 def _pd(backend: str | None) -> dict[str, Any]:
-    """A small prefill/decode fleet (tests/api/pd_cases.py) whose KV moves over `backend`."""
+    """A small prefill/decode fleet (tests/support/api/pd_cases.py) whose KV moves over `backend`."""
     return pd({} if backend is None else {"transferBackend": backend})
 
 

@@ -5,7 +5,7 @@ A watch records every version of a fleet's CR while it starts, turns Ready, is s
 Progressing while replicas started, Progressing while a new generation was not yet observed, Healthy once ready and
 Suspended at 0 replicas. A child name taken by a foreign Service and a host path the operator's admin did not
 allow are Degraded. With SGLANG_CAPTURE_ARGOCD_FIXTURES=1 the statuses are also written to
-manifests/argocd/fixtures/captured-*.yaml, which tests/chart/test_argocd_health.py checks without a cluster.
+manifests/argocd/fixtures/captured-*.yaml, which tests/integration/chart/test_argocd_health.py checks without a cluster.
 """
 
 from __future__ import annotations

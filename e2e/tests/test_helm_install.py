@@ -154,7 +154,9 @@ def test_helm_installed_operator_runs_the_quickstart(
     # refuses to change fields another manager set, so first bring it to the generator's version: helm's apply
     # of the (identical) chart copy then succeeds, as it does on a fresh cluster.
     chart_crd = (CHART_DIR / "crds" / "sglang.ai_sglangdeployments.yaml").read_text()
-    assert chart_crd == render_crd_yaml(), "the chart's CRD is stale: run `make crds` (tests/api/test_crd.py agrees)"
+    assert chart_crd == render_crd_yaml(), (
+        "the chart's CRD is stale: run `make crds` (tests/unit/api/test_crd.py agrees)"
+    )
     install_crd(api_client)
     helm("install", name, str(CHART_DIR), "--namespace", operator_namespace, "--create-namespace", *scoped)
 

@@ -1,9 +1,9 @@
-"""The hostile-input corpus (tests/hostile/corpus.py) at admission on the real API server, as `--dry-run=server`.
+"""The hostile-input corpus (tests/support/hostile/corpus.py) at admission on the real API server (dry runs).
 
 - `SCHEMA` cases: a dry-run create is refused, naming the field `validate` names.
 - `UNKNOWN` cases: refused under strict field validation (`kubectl --validate=strict`), naming the field.
 - `POLICY` cases: the API server accepts them (only the operator's settings refuse them, as
-  `tests/hostile/test_corpus.py` checks through `check_pod_policy` and the Prometheus allow-list).
+  `tests/unit/hostile/test_corpus.py` checks through `check_pod_policy` and the Prometheus allow-list).
 
 Every case is sent; the mismatches are collected and reported together, so one run shows all of them.
 """
@@ -19,7 +19,7 @@ from kubernetes.client.exceptions import ApiException
 
 from localcluster.fleet import install_crd
 from sglang_operator.api.constants import GROUP, PLURAL, VERSION
-from tests.hostile.corpus import CASES, POLICY, SCHEMA, UNKNOWN, Hostile
+from tests.support.hostile.corpus import CASES, POLICY, SCHEMA, UNKNOWN, Hostile
 
 
 def _dry_run(api_client: client.ApiClient, namespace: str, doc: dict[str, Any], strict: bool) -> str | None:
@@ -83,7 +83,7 @@ def test_unknown_fields_are_refused_under_strict_validation(api_client: client.A
 
 def test_policy_cases_pass_admission(api_client: client.ApiClient, namespace: str) -> None:
     """What only the operator's settings refuse is, to the API server, a valid CR: the operator is the one that must
-    refuse it (unit-tested in tests/hostile/test_corpus.py, end to end in test_tenant.py)."""
+    refuse it (unit-tested in tests/unit/hostile/test_corpus.py, end to end in test_tenant.py)."""
     install_crd(api_client)
     refused = [
         f"{case.id}: {refusal[:300]}"

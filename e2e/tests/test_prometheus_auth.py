@@ -3,7 +3,7 @@
 The Prometheus here is the one the harness builds, started by this module with a web config that requires basic
 auth (a Prometheus of its own, so the cluster's stays open for the other tests). It scrapes itself, so `up` has a
 series to read once the client is let in. A bearer token cannot be checked by Prometheus itself (a proxy in front
-of it does that); that the header is sent is checked in tests/prometheus/test_client.py.
+of it does that); that the header is sent is checked in tests/integration/prometheus/test_client.py.
 """
 
 from __future__ import annotations

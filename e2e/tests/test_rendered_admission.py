@@ -1,7 +1,7 @@
 """Every child the operator renders for an accepted edge-case spec is admitted by the real API server (issue 29,
 gap 8): a spec `validate` and the CRD accept must never give pods the API server refuses.
 
-The specs (`tests/api/edge_specs.py`) sit at the edges the pod rules draw, on the side that must stay allowed:
+The specs (`tests/support/api/edge_specs.py`) sit at the edges the pod rules draw, on the side that must stay allowed:
 envFrom in Kubernetes' form, every env and downward API field path pods have, paths and keys with dots that are not
 '..', annotations just under the template's budget, the longest label-key prefix, sidecars with cpu, memory and
 ephemeral-storage, worker groups and multi-node replicas. Each spec is also created as a CR (`dryRun=All`), and
@@ -22,7 +22,7 @@ from localcluster.fleet import install_crd
 from sglang_operator.api.constants import GROUP, KIND, PLURAL, VERSION
 from sglang_operator.api.validation import parse_spec
 from sglang_operator.render import Owner, render_all
-from tests.api.edge_specs import EDGE_SPECS
+from tests.support.api.edge_specs import EDGE_SPECS
 
 OWNER_UID = "7f0c2a4e-0000-4000-8000-000000000001"
 

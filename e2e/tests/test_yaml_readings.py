@@ -24,8 +24,8 @@ from localcluster.cluster import ClusterInfo
 from localcluster.fleet import install_crd
 from sglang_operator.crfile import CRLoader, parse_documents
 from sglang_operator.kubeyaml import kubectl_scalar, same_value
-from tests.hostile.corpus import MALFORMED
-from tests.hostile.test_crfile import _AT, AGREE, DISAGREE
+from tests.support.hostile.corpus import MALFORMED
+from tests.unit.hostile.test_crfile import _AT, AGREE, DISAGREE
 
 KUBECTL = Path(sys.executable).parent / "kubectl"
 

@@ -1,7 +1,7 @@
 -- ArgoCD health check for sglang.ai/SGLangDeployment (installed by argocd-cm-patch.yaml; docs/operations.md).
 -- Reads only what the operator writes: status.observedGeneration and the conditions Ready, Progressing, Degraded,
 -- RouterSynced and MetricsAvailable (operator/sglang_operator/controller/status.py). Runs on ArgoCD's Lua VM
--- (gopher-lua with the base and table libraries only: no string library). Tested by tests/chart/test_argocd_health.py
+-- (gopher-lua with the base and table libraries only: no string library). Tested by tests/integration/chart/test_argocd_health.py
 -- (fixtures, some captured from the e2e suite) and e2e/tests/test_argocd_health.py (live CRs).
 --   Progressing  the operator has not reported on the current generation yet, or replicas are starting, rolling
 --                out, draining or waiting for the router

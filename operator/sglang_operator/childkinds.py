@@ -1,7 +1,7 @@
 """The kinds of the children a SGLangDeployment owns besides its worker pods, in one table: the watches
 (`runtime/watches.py`: one index per kind), the writer (`runtime/writer.py`: what a CR may own, each kind's API) and
 the reconciler (which names to look up for a CR) all derive from it. `render.shared_children` renders a subset
-(tests/runtime/test_writer.py keeps the two in agreement). Pure.
+(tests/unit/runtime/test_writer.py keeps the two in agreement). Pure.
 """
 
 from collections.abc import Callable

@@ -8,7 +8,7 @@ string "12" to go-yaml and the integer 12 to PyYAML. A review gate that runs `va
 applies must see what the API server gets, so `crfile` compares both readings of every plain scalar and refuses the
 file where they differ. This module is the go-yaml half: a port of `resolve` (resolve.go) and of the parts of Go's
 `strconv.ParseInt`/`ParseUint`/`ParseFloat` it relies on, checked against the Go library on a table of spellings
-(`tests/test_kubeyaml.py`) and against `kubectl create --dry-run=server` (`e2e/tests/test_yaml_readings.py`).
+(`tests/unit/test_kubeyaml.py`) and against `kubectl create --dry-run=server` (`e2e/tests/test_yaml_readings.py`).
 
 Timestamps are left out on purpose: go-yaml resolves `2001-12-14` as a timestamp, then hands it to an `interface{}`
 as the original string, which is what the port returns for anything it does not read as a number, boolean or null.

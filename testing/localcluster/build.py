@@ -81,7 +81,6 @@ def kubernetes_target() -> Target:
             "kube-apiserver": "k8s.io/kubernetes/cmd/kube-apiserver",
             "kube-controller-manager": "k8s.io/kubernetes/cmd/kube-controller-manager",
             "kube-scheduler": "k8s.io/kubernetes/cmd/kube-scheduler",
-            "kubectl": "k8s.io/kubernetes/cmd/kubectl",  # the e2e tests apply the shipped YAML as users do
         },
         ldflags=kube_ldflags(kube_version()),
         go_names={"etcd": "server"},

@@ -16,7 +16,6 @@ from kubernetes import client, config
 
 from localcluster import cluster as localcluster
 from localcluster.fleet import Fleet, OperatorProcess, chat, generate, install_crd, load_example
-from localcluster.paths import bin_dir
 from localcluster.procs import wait_for
 
 NAMESPACE = "demo"
@@ -27,8 +26,7 @@ def banner(text: str) -> None:
 
 
 def kubectl(kubeconfig: str, *args: str) -> None:
-    """The kubectl the cluster's build made (`e2e/.bin`), so the demo needs none installed."""
-    subprocess.run([str(bin_dir() / "kubectl"), "--kubeconfig", kubeconfig, *args], check=False)
+    subprocess.run(["kubectl", "--kubeconfig", kubeconfig, *args], check=False)
 
 
 def show(fleet: Fleet, kubeconfig: str) -> None:

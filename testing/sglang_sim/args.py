@@ -158,7 +158,7 @@ def _get(ns: argparse.Namespace, dest: str, default: Any) -> Any:
 
 
 # The start-up checks below, by the release that introduced them (read from the wheels' server_args.py and
-# arg_groups/*; tests/sim/test_sim_versions.py holds one case per boundary).
+# arg_groups/*; tests/integration/sim/test_sim_versions.py holds one case per boundary).
 ATTN_DP_FLAG_SINCE: Version = (0, 5, 22)  # --attn-dp-size, the deprecation rewrite, its own positivity check
 FLASHINFER_NEEDS_FULL_ATTN_DP_SINCE: Version = (0, 5, 13)
 PPLX_NEEDS_ATTN_DP_SINCE: Version = (0, 5, 22)

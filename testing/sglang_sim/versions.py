@@ -44,7 +44,7 @@ def normalize(version: str) -> str:
             return candidate
     raise UnknownVersion(
         f"SGLang {version} is not one the simulator knows ({RELEASES[0]} to {RELEASES[-1]}); "
-        "regenerate sim/sglang_releases.py with `python -m tests.compat.generate`"
+        "regenerate sim/sglang_releases.py with `python -m tests.support.compat.generate`"
     )
 
 
