@@ -222,27 +222,19 @@ def test_the_policy_and_the_operator_agree_on_rdma_backends(
         disagree: list[str] = []
         for watched, resource in zip(namespaces, RDMA_RESOURCES, strict=True):
             policy = load_settings(operator_environment(rdma_resource=resource)).pod_policy
-            for backend in TRANSFER_BACKENDS:
-                spec = _pd(backend)
+            # every transfer backend, and (issue 37) the RDMA device named as the GPUs' at the fleet and at a group
+            cases: dict[str | None, dict[str, Any]] = {backend: _pd(backend) for backend in TRANSFER_BACKENDS}
+            cases |= _rdma_as_gpu(RDMA_RESOURCE)
+            for case, spec in cases.items():
                 parsed, errors = parse_spec({"model": {"path": "m"}, **spec}, strict=True)
                 assert parsed is not None, errors
                 expected = check_pod_policy(parsed, policy)
                 message = dry_run(custom, watched, spec)
                 if (message is None) != (not expected):
-                    disagree.append(f"{backend} with {resource!r}: operator {expected}, API server: {message}")
+                    disagree.append(f"{case} with {resource!r}: operator {expected}, API server: {message}")
                 elif expected:
                     assert str(expected[0]) in message, message
-                    refused.add((resource, backend))
-            for where, spec in _rdma_as_gpu(RDMA_RESOURCE).items():  # issue 37: the RDMA device named as the GPUs'
-                parsed, errors = parse_spec({"model": {"path": "m"}, **spec}, strict=True)
-                assert parsed is not None, errors
-                expected = check_pod_policy(parsed, policy)
-                message = dry_run(custom, watched, spec)
-                if (message is None) != (not expected):
-                    disagree.append(f"gpu resource in {where} with {resource!r}: operator {expected}, API: {message}")
-                elif expected:
-                    assert str(expected[0]) in message, message
-                    refused.add((resource, where))
+                    refused.add((resource, case))
         assert not disagree, "\n".join(disagree)
         # the table is not vacuous: RDMA backends need the resource, TCP and Ascend's fabric do not; the RDMA resource
         # as the GPUs' is refused where it is the RDMA resource, at the fleet's resources and at a group's
