@@ -31,14 +31,11 @@ SERIAL: dict[str, str] = {
     "test_uninstall.py": "deletes the CRD and the chart's cluster roles",
     "test_reconcile_errors.py": "deletes and recreates the PodMonitor CRD that every fleet's monitoring renders",
     "test_nodeagent.py": "kills the node agent's pods and deletes a node",
-    "test_hpa.py": "starts a control plane of its own (CPU every other test's waits would share)",
     "test_client_side_apply.py": "applies the CRDs client-side and dry-runs the manifest's cluster-wide objects",
     "test_leader_election.py": "times Lease handovers to the second",
     "test_scale_smoke.py": "a load test: 50 fleets' timings, measured on a quiet cluster",
     "test_many_fleets.py": "a load test: many fleets and their GPUs at once",
     "test_worker_groups.py": "needs a node with all 8 GPUs free",
-    "test_controlplane.py": "checks the control plane's own components",
-    "test_prometheus.py": "reads Prometheus' targets across the cluster",
 }
 """The e2e modules that run alone, after the parallel ones (`python -m tests.tiers e2e`; docs/testing.md), with the
 reason: each touches something not namespaced, or measures time or capacity that parallel tests would disturb."""

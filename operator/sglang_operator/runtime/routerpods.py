@@ -3,12 +3,15 @@ reconciler, the doctor): one code path, so the two cannot drift.
 
 A router pod is one of the CR's when the ReplicaSet that controls it is controlled, by uid, by the router Deployment
 (slot) of its name that the CR owns (`observed.slot_router_pods`, the pure test). The pod names its ReplicaSet; the
-ReplicaSet's controller is not in the pod, so it is read here: one GET per candidate ReplicaSet, only for a slot the
-CR owns, kept per ReplicaSet uid for `REPLICA_SET_TTL_SECONDS` (ReplicaSets are not watched; the chart's role has
-only `get` on them). A 404, or a ReplicaSet of that name with another uid, is not the CR's; another error is raised
-to the caller (routers that cannot be told apart are not guessed at).
+ReplicaSet's controller is not in the pod, so it is read here: one GET per ReplicaSet (by uid, which never changes;
+the Deployment controller sets the controller reference when it creates the ReplicaSet), only for a slot the CR
+owns, kept while passes keep asking for it (ReplicaSets are not watched; the chart's role has only `get` on them),
+so a quiet fleet makes no read at all, as its state otherwise comes from watches. A 404, or a ReplicaSet of that
+name with another uid, is not the CR's; another error is raised to the caller (routers that cannot be told apart are
+not guessed at).
 """
 
+import threading
 import time
 from collections.abc import Callable, Iterable, Mapping
 from typing import Any, Final
@@ -20,11 +23,9 @@ from .. import names
 from ..api.constants import COMPONENT_ROUTER, LABEL_COMPONENT
 from ..observed import PodT, owned_by, router_pod_of, router_replica_set, slot_router_pods
 from .kube import API_TIMEOUT
-from .state import TtlCache
 
-REPLICA_SET_TTL_SECONDS: Final = 60.0
-"""How long the controller of a router pod's ReplicaSet, once read, is kept (per ReplicaSet uid): the ReplicaSets of
-a CR's router pods are read once a minute at most, not once per pass."""
+REPLICA_SET_FORGET_SECONDS: Final = 600.0
+"""A ReplicaSet no pass asked about for this long is forgotten (its Deployment rolled it away, or its CR is gone)."""
 
 DeploymentLookup = Callable[[str], Mapping[str, Any] | None]
 """A router Deployment's name -> the Deployment (at least its metadata), or None when there is none."""
@@ -68,16 +69,32 @@ def router_candidates(pods: Iterable[PodT], deployment: str) -> list[PodT]:
 
 
 class ReplicaSetControllers:
-    """The Deployment that controls each ReplicaSet read, per (namespace, name, uid), kept for `ttl` seconds. One per
-    loop (the reconciler's, the doctor's), so a loop reads each ReplicaSet of its routers once a minute at most."""
+    """The Deployment that controls each ReplicaSet read, per (namespace, name, uid): read once, kept while asked for,
+    forgotten `forget_after` seconds after the last time. One per loop (the reconciler's, the doctor's)."""
 
-    def __init__(self, ttl: float = REPLICA_SET_TTL_SECONDS, clock: Callable[[], float] = time.monotonic) -> None:
-        self.cache = TtlCache(ttl, clock)
-        """(namespace, ReplicaSet name, uid) -> the uid of the Deployment that controls it (None: none)."""
+    def __init__(
+        self, forget_after: float = REPLICA_SET_FORGET_SECONDS, clock: Callable[[], float] = time.monotonic
+    ) -> None:
+        self.forget_after, self.clock = forget_after, clock
+        self._known: dict[tuple[str, str, str], tuple[str | None, float]] = {}
+        """(namespace, ReplicaSet name, uid) -> (the uid of the Deployment that controls it or None, last asked)."""
+        self._lock = threading.Lock()
+
+    def _remembered(self, key: tuple[str, str, str]) -> tuple[bool, str | None]:
+        now = self.clock()
+        with self._lock:
+            for old in [k for k, (_, asked) in self._known.items() if now - asked > self.forget_after]:
+                del self._known[old]
+            hit = self._known.get(key)
+            if hit is None:
+                return False, None
+            self._known[key] = (hit[0], now)
+            return True, hit[0]
 
     def controller(self, apps: client.AppsV1Api, namespace: str, name: str, uid: str) -> str | None:
         """The uid of the Deployment that controls the ReplicaSet `name` (None: none, or the ReplicaSet of that name
-        is gone or another one than `uid`). One GET, then the cache; an error other than 404 is raised."""
+        is gone or another one than `uid`). One GET, then what it said; an error other than 404 is raised (and
+        nothing is remembered)."""
 
         def read() -> str | None:
             try:
@@ -93,8 +110,12 @@ class ReplicaSetControllers:
                          if isinstance(ref, dict) and ref.get("controller") is True and ref.get("kind") == "Deployment"
                          and isinstance(ref.get("uid"), str)), None)  # fmt: skip
 
-        value = self.cache.get((namespace, name, uid), read)
-        return value if isinstance(value, str) else None
+        known, value = self._remembered((namespace, name, uid))
+        if not known:
+            value = read()
+            with self._lock:
+                self._known[(namespace, name, uid)] = (value, self.clock())
+        return value
 
     def router_pods(
         self, apps: client.AppsV1Api, pods: Iterable[PodT], namespace: str, deployment: str, slots: Mapping[str, str]

@@ -1,6 +1,6 @@
 """`runtime.routerpods`: the one reading of which pods are a CR's routers (the reconciler's and the doctor's). The
-slots are the router Deployments the CR controls; a ReplicaSet is read once per uid and TTL; 404 or another uid under
-the name is "not the slot's"; any other error is raised, never guessed."""
+slots are the router Deployments the CR controls; a ReplicaSet is read once per uid, kept while asked for; 404 or
+another uid under the name is "not the slot's"; any other error is raised, never guessed."""
 
 from typing import Any, cast
 
@@ -58,10 +58,29 @@ def test_a_replica_sets_controller_is_read_once_and_checked_by_uid() -> None:
     assert apps.reads == ["chat-router-1", "chat-router-1", "chat-router-2", "chat-router-3"]
 
 
+def test_a_replica_set_asked_for_is_never_read_again_and_one_not_asked_for_is_forgotten() -> None:
+    """A quiet fleet makes no read (state from watches; e2e/tests/test_many_fleets.py counts the operator's GETs over
+    a quiet window); a ReplicaSet nobody asked about for `forget_after` is dropped, and read again if it returns."""
+    now = [0.0]
+    apps = Apps({"chat-router-1": rs("rs-1", "dep")})
+    cache = ReplicaSetControllers(forget_after=600.0, clock=lambda: now[0])
+    api = cast(client.AppsV1Api, apps)
+    for _ in range(100):  # a pass every 10 s for 1,000 s
+        assert cache.controller(api, "ns", "chat-router-1", "rs-1") == "dep"
+        now[0] += 10.0
+    assert apps.reads == ["chat-router-1"]
+    now[0] += 601.0
+    assert cache.controller(api, "ns", "chat-router-1", "rs-1") == "dep"
+    assert apps.reads == ["chat-router-1", "chat-router-1"]
+
+
 def test_an_error_other_than_404_is_raised() -> None:
     apps = cast(client.AppsV1Api, Apps({"chat-router-1": 403}))
+    cache = ReplicaSetControllers()
     with pytest.raises(ApiException):
-        ReplicaSetControllers().controller(apps, "ns", "chat-router-1", "rs-1")
+        cache.controller(apps, "ns", "chat-router-1", "rs-1")
+    with pytest.raises(ApiException):  # nothing remembered: read again
+        cache.controller(apps, "ns", "chat-router-1", "rs-1")
 
 
 def test_only_router_pods_named_as_a_slots_are_candidates() -> None:
