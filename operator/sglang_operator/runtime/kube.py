@@ -67,3 +67,8 @@ def api_client() -> client.ApiClient:
     configuration = client.Configuration.get_default_copy()
     configuration.socket_options = urllib3_socket_options()  # as recent clients do, whatever the version
     return CountingApiClient(configuration)
+
+
+def as_plain(api: client.ApiClient, obj: Any) -> dict[str, Any]:
+    """An object the client read, as JSON (a stand-in API in tests may hand back the dict itself)."""
+    return obj if isinstance(obj, dict) else dict(api.sanitize_for_serialization(obj))

@@ -35,7 +35,7 @@ from ..api.constants import ANNOTATION_SPEC_HASH, GROUP, KIND, PLURAL, VERSION
 from ..api.scaletarget import SCALE_PLURAL
 from ..childkinds import CHILD_KINDS, child_kind
 from ..observed import owned_by
-from .kube import API_TIMEOUT, FIELD_MANAGER
+from .kube import API_TIMEOUT, FIELD_MANAGER, as_plain
 from .state import Expectations
 
 log = logging.getLogger(__name__)
@@ -149,7 +149,7 @@ class Writer:
             namespace, field_selector=f"metadata.name={name}", _request_timeout=API_TIMEOUT
         )
         for item in listed.items:
-            return item if isinstance(item, dict) else dict(self.api.sanitize_for_serialization(item))
+            return as_plain(self.api, item)
         return None
 
     def delete_pod(self, namespace: str, name: str, uid: str) -> None:
@@ -236,7 +236,7 @@ class Writer:
                     raise KindUnavailable(f"{ref.kind} ({ref.api_version}) is not served by this cluster") from exc
                 return None
             raise
-        return obj if isinstance(obj, dict) else dict(self.api.sanitize_for_serialization(obj))
+        return as_plain(self.api, obj)
 
     def apply(self, stamped: dict[str, Any], uid: str | None) -> None:
         """Server-side apply of a rendered child; `uid`: the live object's, a precondition (None to create)."""
